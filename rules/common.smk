@@ -1,0 +1,138 @@
+# Configuration (validated before any job runs), wildcard constraints and input functions.
+
+import json
+import re
+import sys
+
+from snakemake.utils import validate
+
+from grpoflow.config import DEMO_MODEL_DIR, DEMO_SFT_RUN_DIR, RESULTS, resolve_config, schema_path
+from grpoflow.errors import ConfigError
+
+try:
+    CFG = resolve_config(config)
+except ConfigError as err:
+    # One line naming the key, the bad value and what is allowed; no traceback.
+    sys.exit(f"grpoflow: {err}")
+# Second line of defence, and the check rna-seq-style workflows run: the same schema through Snakemake.
+validate(config, schema_path(), set_default=False)
+
+
+def _one_of(names):
+    names = sorted(names)
+    return "|".join(re.escape(n) for n in names) if names else "(?!x)x"
+
+
+wildcard_constraints:
+    dataset=_one_of(CFG.datasets),
+    split="train|val|test",
+    experiment=_one_of(CFG.experiments),
+    model=_one_of(CFG.models),
+    benchmark=_one_of(CFG.evaluation["benchmarks"]),
+
+
+ENV_LOCAL = "../envs/local.yaml"
+ENV_CLUSTER = "../envs/cluster.yaml"
+
+
+def exp(wildcards):
+    return CFG.experiment(wildcards.experiment)
+
+
+def experiment_env(wildcards):
+    return ENV_CLUSTER if exp(wildcards)["backend"] == "verl" else ENV_LOCAL
+
+
+def evaluation_env(wildcards):
+    return ENV_CLUSTER if CFG.evaluation["backend"] == "vllm" else ENV_LOCAL
+
+
+# ---- data ---------------------------------------------------------------------------------------------------
+
+
+def parquet(dataset, split):
+    return CFG.parquet(dataset, split)
+
+
+def training_data(wildcards):
+    data = exp(wildcards)["data"]
+    files = {"train": parquet(data["dataset"], data["train_split"])}
+    if data.get("val_split"):
+        files["val"] = parquet(data["dataset"], data["val_split"])
+    return files
+
+
+# ---- SFT start ------------------------------------------------------------------------------------------------
+
+
+def sft_inputs(wildcards):
+    """The demo's SFT run when an experiment starts from it; nothing for user-provided SFT runs."""
+    return [DEMO_SFT_RUN_DIR] if CFG.uses_demo_sft(wildcards.experiment) else []
+
+
+# ---- evaluation -----------------------------------------------------------------------------------------------
+
+
+def model_inputs(wildcards):
+    """What `evaluate` needs for a model name: the merged GRPO model, or the SFT discovery record."""
+    m = CFG.models[wildcards.model]
+    if m["kind"] == "grpo":
+        return {"model": f"{RESULTS}/{m['experiment']}/model"}
+    if m["kind"] == "sft":
+        return {"sft": f"{RESULTS}/{m['experiment']}/sft.json"}
+    return {}
+
+
+def benchmark_inputs(wildcards):
+    bench = CFG.evaluation["benchmarks"][wildcards.benchmark]
+    if "dataset" in bench:
+        return {"data": parquet(bench["dataset"], bench["split"])}
+    return {}
+
+
+def evaluate_inputs(wildcards):
+    return {**model_inputs(wildcards), **benchmark_inputs(wildcards)}
+
+
+# ---- targets --------------------------------------------------------------------------------------------------
+
+
+def report_targets():
+    return [f"{RESULTS}/report/summary.md"] if CFG.models else []
+
+
+def upload_targets():
+    # Always in the DAG: with upload.enabled false the job records that nothing was sent (instantly, locally);
+    # switching upload on later reruns only upload_to_hub (its params changed).
+    return [f"{RESULTS}/{e}/upload.json" for e in CFG.experiments]
+
+
+def all_targets():
+    targets = report_targets() + upload_targets()
+    if not targets:  # a config with datasets only: prepare the data
+        targets = [parquet(d, s) for d in CFG.datasets for s in CFG.dataset_splits(d)]
+    return targets
+
+
+# ---- params computed by the library (kept here so rules stay one-liners) ---------------------------------------
+
+from grpoflow.train.command import training_command as _training_command
+from grpoflow.evaluation.settings import benchmark_prompt as _benchmark_prompt
+from grpoflow.evaluation.settings import evaluation_settings as _evaluation_settings
+from grpoflow.report import experiment_summary as _experiment_summary
+
+
+def training_command(experiment, input, output):
+    return _training_command(CFG, experiment, dict(input.items()), dict(output.items()))
+
+
+def benchmark_prompt(benchmark):
+    return _benchmark_prompt(CFG, benchmark)
+
+
+def evaluation_settings():
+    return _evaluation_settings(CFG)
+
+
+def report_experiment_summary(experiment):
+    return _experiment_summary(CFG.experiment(experiment))

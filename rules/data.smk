@@ -1,0 +1,36 @@
+# Data: fetch each dataset once, then write verl-format Parquet per split.
+
+
+rule download_data:
+    output:
+        manifest="resources/data/{dataset}/manifest.json",
+    params:
+        dataset=lambda wc: CFG.datasets[wc.dataset],
+    log:
+        "logs/download_data/{dataset}.log",
+    localrule: True  # compute nodes often have no internet; login nodes do
+    conda:
+        ENV_LOCAL
+    script:
+        "../workflow/scripts/download_data.py"
+
+
+rule convert_to_parquet:
+    input:
+        manifest="resources/data/{dataset}/manifest.json",
+    output:
+        parquet=report(
+            "results/data/{dataset}/{split}.parquet",
+            caption="../workflow/report/parquet.rst",
+            category="Data",
+        ),
+        summary="results/data/{dataset}/{split}.summary.json",
+    params:
+        dataset=lambda wc: CFG.datasets[wc.dataset],
+    log:
+        "logs/convert_to_parquet/{dataset}.{split}.log",
+    localrule: True  # seconds of CPU; not worth a queue wait
+    conda:
+        ENV_LOCAL
+    script:
+        "../workflow/scripts/convert_to_parquet.py"

@@ -1,0 +1,34 @@
+# The embedded demo only: a tiny Qwen3 model and an SFT run dir laid out like a real one.
+# Cluster configs have no `demo:` section; their SFT run dir comes from the user.
+
+if CFG.demo:
+
+    rule build_tiny_model:
+        input:
+            corpus=parquet(CFG.demo["sft"]["dataset"], CFG.demo["sft"]["split"]),
+        output:
+            model=directory(DEMO_MODEL_DIR),
+        params:
+            spec=CFG.demo["tiny_model"],
+        log:
+            "logs/build_tiny_model.log",
+        conda:
+            ENV_LOCAL
+        script:
+            "../workflow/scripts/build_tiny_model.py"
+
+    rule train_sft_demo:
+        input:
+            model=DEMO_MODEL_DIR,
+            train=parquet(CFG.demo["sft"]["dataset"], CFG.demo["sft"]["split"]),
+        output:
+            run_dir=directory(DEMO_SFT_RUN_DIR),
+        params:
+            spec=CFG.demo["sft"],
+        threads: 2
+        log:
+            "logs/train_sft_demo.log",
+        conda:
+            ENV_LOCAL
+        script:
+            "../workflow/scripts/train_sft_demo.py"

@@ -1,0 +1,27 @@
+# Greedy (or sampled) evaluation of every model on every benchmark: results/{model}/eval/{benchmark}.json
+# Only evaluation settings are params here, so changing them reruns evaluate + report and nothing upstream.
+
+
+rule evaluate:
+    input:
+        unpack(evaluate_inputs),
+    output:
+        metrics="results/{model}/eval/{benchmark}.json",
+        samples="results/{model}/eval/{benchmark}.samples.jsonl",
+    params:
+        model=lambda wc: CFG.models[wc.model],
+        benchmark=lambda wc: CFG.evaluation["benchmarks"][wc.benchmark],
+        benchmark_prompt=lambda wc: benchmark_prompt(wc.benchmark),
+        settings=lambda wc: evaluation_settings(),
+    resources:
+        gpu=CFG.evaluation["resources"]["gpus"],
+        cpus_per_task=CFG.evaluation["resources"]["cpus_per_task"],
+        mem_mb=CFG.evaluation["resources"]["mem_mb"],
+        runtime=CFG.evaluation["resources"]["runtime"],
+    threads: CFG.evaluation["resources"]["cpus_per_task"]
+    log:
+        "logs/evaluate/{model}/{benchmark}.log",
+    conda:
+        evaluation_env
+    script:
+        "../workflow/scripts/evaluate.py"

@@ -1,0 +1,54 @@
+# The cross-experiment report and the optional Hub upload.
+
+
+rule report:
+    input:
+        evaluations=CFG.eval_targets(),
+        training=[f"results/{e}/train_metrics.jsonl" for e in CFG.experiments],
+    output:
+        summary=report(
+            "results/report/summary.md",
+            caption="../workflow/report/summary.rst",
+            category="Summary",
+        ),
+        table=report(
+            "results/report/summary.csv",
+            caption="../workflow/report/summary.rst",
+            category="Summary",
+        ),
+        plots=report(
+            directory("results/report/plots"),
+            patterns=["{name}.png"],
+            caption="../workflow/report/plots.rst",
+            category="Training curves",
+        ),
+    params:
+        experiments=lambda wc: {e: report_experiment_summary(e) for e in CFG.experiments},
+        models=lambda wc: CFG.models,
+        settings=lambda wc: CFG.report,
+    log:
+        "logs/report.log",
+    localrule: True
+    conda:
+        ENV_LOCAL
+    script:
+        "../workflow/scripts/report.py"
+
+
+rule upload_to_hub:
+    input:
+        model="results/{experiment}/model",
+        marker="results/{experiment}/training_complete.json",
+        evaluations=lambda wc: [f"results/{wc.experiment}/eval/{b}.json" for b in CFG.benchmarks()],
+    output:
+        record="results/{experiment}/upload.json",
+    params:
+        upload=lambda wc: exp(wc)["upload"],
+        experiment=lambda wc: exp(wc),
+    log:
+        "logs/upload_to_hub/{experiment}.log",
+    localrule: True  # needs internet, which compute nodes often lack
+    conda:
+        ENV_LOCAL
+    script:
+        "../workflow/scripts/upload_to_hub.py"

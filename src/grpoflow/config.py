@@ -1,0 +1,397 @@
+"""Load, validate and resolve the workflow configuration.
+
+``resolve_config(raw)`` is what the Snakefile calls: it checks the raw config against the JSON schema
+(one line per error: key, bad value, what is allowed), deep-merges ``defaults`` into every experiment,
+fills schema defaults, runs the cross-field checks a schema cannot express (references between sections,
+reward names, verl batch arithmetic) and returns a ``WorkflowConfig`` that the rules query.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Iterable
+
+import jsonschema
+import yaml
+
+from grpoflow.errors import ConfigError
+
+SPLITS = ("train", "val", "test")
+RESULTS = "results"
+RESOURCES = "resources"
+DEMO_MODEL_DIR = f"{RESOURCES}/demo/tiny-qwen3"
+DEMO_SFT_RUN_DIR = f"{RESOURCES}/demo/sft-run"
+
+
+@lru_cache(maxsize=1)
+def load_schema() -> dict:
+    text = resources.files("grpoflow").joinpath("schema/config.schema.yaml").read_text(encoding="utf-8")
+    schema = yaml.safe_load(text)
+    _add_object_defaults(schema)
+    return schema
+
+
+def _add_object_defaults(schema: dict) -> None:
+    """Give nested object properties ``default: {}`` so their own defaults get filled when the key is absent.
+
+    Skipped for objects that must be given explicitly (``required``, ``minProperties``, ``oneOf``) and for
+    those marked ``x-no-default`` (e.g. a dataset's `hub`, which only makes sense for hub datasets)."""
+    defs = schema["$defs"]
+
+    def target(sub: dict) -> dict:
+        ref = sub.get("$ref", "")
+        return defs[ref.rsplit("/", 1)[-1]] if ref.startswith("#/$defs/") else sub
+
+    for d in defs.values():
+        for sub in (d.get("properties") or {}).values():
+            t = target(sub)
+            if (
+                isinstance(t, dict)
+                and t.get("type") == "object"
+                and "default" not in sub
+                and not (t.get("required") or t.get("minProperties") or t.get("oneOf") or sub.get("x-no-default") or t.get("x-no-default"))
+            ):
+                sub["default"] = {}
+            if isinstance(t, dict) and t is sub:  # inline object: recurse one level (e.g. verl.rollout)
+                for inner in (t.get("properties") or {}).values():
+                    if isinstance(inner, dict) and inner.get("type") == "object" and "default" not in inner and not (inner.get("required") or inner.get("minProperties") or inner.get("x-no-default")):
+                        inner["default"] = {}
+
+
+def schema_path() -> str:
+    return str(resources.files("grpoflow").joinpath("schema/config.schema.yaml"))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Schema validation with one-line messages
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    return ".".join(parts) if parts else "(top level)"
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _allowed(error: jsonschema.ValidationError) -> str:
+    v, s = error.validator, error.schema
+    if v == "enum":
+        return "one of " + ", ".join(map(str, error.validator_value))
+    if v == "const":
+        return repr(error.validator_value)
+    if v == "type":
+        t = error.validator_value
+        return "a value of type " + (" or ".join(t) if isinstance(t, list) else t)
+    if v in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[v]
+        return f"a number {op} {error.validator_value}"
+    if v == "pattern":
+        return f"a string matching {error.validator_value}"
+    if v == "minItems":
+        return f"at least {error.validator_value} item(s)"
+    if v == "minProperties":
+        return f"at least {error.validator_value} key(s)"
+    if v == "uniqueItems":
+        return "no repeated items"
+    if v == "not" and "enum" in error.validator_value:
+        return "a name other than the reserved " + ", ".join(error.validator_value["enum"])
+    return s.get("description", v) if isinstance(s, dict) else str(v)
+
+
+def _format_error(error: jsonschema.ValidationError) -> str:
+    # Prefer the most specific error of a oneOf/anyOf when there is a single obvious one.
+    if error.context:
+        best = jsonschema.exceptions.best_match(error.context)
+        if best is not None and best.validator not in ("required", "oneOf", "anyOf"):
+            error = best
+    key = _key_path(error)
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        allowed = ", ".join(sorted(error.schema.get("properties", {}))) or "none"
+        where = "" if key == "(top level)" else f" under {key}"
+        return f"unknown key {', '.join(repr(e) for e in extra)}{where} (allowed: {allowed})"
+    if error.validator == "required":
+        missing = error.message.split("'")[1] if "'" in error.message else error.message
+        return f"{key}: missing required key {missing!r}"
+    if error.validator == "oneOf" and isinstance(error.instance, dict):
+        options = [sorted(o.get("required", [])) for o in error.validator_value]
+        keys = " or ".join("+".join(o) for o in options if o)
+        return f"{key}: give exactly one of {keys}"
+    if error.validator == "propertyNames" or (error.validator == "not" and isinstance(error.instance, str)):
+        return f"{key}: invalid name {_short(error.instance)}: must be {_allowed(error)}"
+    return f"{key} = {_short(error.instance)}: must be {_allowed(error)}"
+
+
+def _with_defaults(validator_class):
+    """A validator that also fills ``default`` values in place (the pattern snakemake.utils.validate uses)."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for prop, sub in properties.items():
+                if isinstance(sub, dict) and "default" in sub and prop not in instance:
+                    instance[prop] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def _check(instance: Any, schema: dict, *, fill_defaults: bool, where: str = "") -> None:
+    root = load_schema()
+    cls = jsonschema.validators.validator_for(root)
+    if fill_defaults:
+        cls = _with_defaults(cls)
+    resolver_schema = dict(schema)
+    resolver_schema.setdefault("$defs", root["$defs"])
+    validator = cls(resolver_schema)
+    errors = sorted(validator.iter_errors(instance), key=lambda e: (len(list(e.absolute_path)), str(e.path)))
+    if errors:
+        msg = _format_error(errors[0])
+        if where and not msg.startswith(where):
+            msg = f"{where}.{msg}" if not msg.startswith("unknown key") else f"{msg} in {where}"
+        raise ConfigError(f"config error: {msg}")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Merging
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    """Dicts merge recursively; lists and scalars in ``override`` replace those in ``base``."""
+    out = copy.deepcopy(base)
+    for k, v in override.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def config_hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The resolved configuration
+
+
+@dataclass
+class WorkflowConfig:
+    """The validated, default-filled configuration with the queries the rules need."""
+
+    raw: dict
+    datasets: dict[str, dict]
+    experiments: dict[str, dict]
+    evaluation: dict
+    report: dict
+    demo: dict | None
+    # model name -> {"kind": "grpo"|"sft"|"external", "experiment": ..., "path": ...}
+    models: dict[str, dict] = field(default_factory=dict)
+
+    # ---- datasets ----
+    def dataset_splits(self, name: str) -> list[str]:
+        return dataset_splits(self.datasets[name])
+
+    def parquet(self, dataset: str, split: str) -> str:
+        return f"{RESULTS}/data/{dataset}/{split}.parquet"
+
+    # ---- experiments ----
+    def experiment(self, name: str) -> dict:
+        return self.experiments[name]
+
+    def checkpoint_dir(self, name: str) -> str:
+        return self.experiments[name].get("checkpoint_dir") or f"{RESULTS}/{name}/checkpoints"
+
+    def uses_demo_sft(self, name: str) -> bool:
+        return self.experiments[name]["sft"].get("run_dir") == DEMO_SFT_RUN_DIR
+
+    # ---- evaluation ----
+    def evaluated_models(self) -> list[str]:
+        return sorted(self.models)
+
+    def benchmarks(self) -> list[str]:
+        return sorted(self.evaluation["benchmarks"])
+
+    def eval_targets(self) -> list[str]:
+        return [f"{RESULTS}/{m}/eval/{b}.json" for m in self.evaluated_models() for b in self.benchmarks()]
+
+
+def dataset_splits(ds: dict) -> list[str]:
+    """The splits a dataset provides after carving: train always, val/test when sourced or carved."""
+    have = {"train"}
+    src = ds["source"]
+    if src == "hub" and not ds["hub"].get("filename"):
+        have |= set(ds["hub"]["splits"])
+    elif src == "local":
+        have |= {s for s in SPLITS if s in ds["local"]}
+    elif src == "synthetic":
+        have.add("test")
+    if ds.get("validation"):
+        have.add("val")
+    if ds.get("test"):
+        have.add("test")
+    return [s for s in SPLITS if s in have]
+
+
+def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> None:
+    where = f"experiments.{name}"
+    data = exp.get("data") or {}
+    if "dataset" not in data:
+        raise ConfigError(f"config error: {where}.data.dataset is missing: name the dataset to train on (one of: {', '.join(cfg.datasets) or 'none defined under datasets'})")
+    ds = data["dataset"]
+    if ds not in cfg.datasets:
+        raise ConfigError(f"config error: {where}.data.dataset = {ds!r} is not defined under datasets (defined: {', '.join(cfg.datasets) or 'none'})")
+    splits = cfg.dataset_splits(ds)
+    for key in ("train_split", "val_split"):
+        split = data.get(key)
+        if split is not None and split not in splits:
+            fix = " (add datasets.%s.validation: {fraction: 0.05} to carve one)" % ds if split == "val" else ""
+            raise ConfigError(f"config error: {where}.data.{key} = {split!r}: dataset {ds!r} has splits {', '.join(splits)}{fix}")
+    sft = exp.get("sft") or {}
+    if bool(sft.get("model")) == bool(sft.get("run_dir")):
+        raise ConfigError(f"config error: {where}.sft: give exactly one of sft.model (an HF model dir or Hub id) or sft.run_dir (an SFT run dir whose latest checkpoint is discovered)")
+    if sft.get("run_dir") == DEMO_SFT_RUN_DIR and not cfg.demo:
+        raise ConfigError(f"config error: {where}.sft.run_dir = {DEMO_SFT_RUN_DIR!r} is built by the demo, but this config has no `demo:` section")
+    grpo = exp["grpo"]
+    if "total_steps" not in grpo:
+        raise ConfigError(f"config error: {where}.grpo.total_steps is missing: how many optimizer steps to train")
+    rewards = exp["rewards"]
+    if rewards.get("weights") is not None and len(rewards["weights"]) != len(rewards["funcs"]):
+        raise ConfigError(f"config error: {where}.rewards.weights has {len(rewards['weights'])} values for {len(rewards['funcs'])} funcs {rewards['funcs']}: give one weight per func")
+    _check_rewards(where, rewards)
+    backend_check = _BACKEND_CHECKS.get(exp["backend"])
+    if backend_check:
+        backend_check(name, exp, cfg)
+    up = exp["upload"]
+    if up["enabled"] and not up.get("repo_id"):
+        raise ConfigError(f"config error: {where}.upload.enabled is true but upload.repo_id is not set (e.g. your-org/{name})")
+
+
+def _check_rewards(where: str, rewards: dict) -> None:
+    try:
+        from grpoflow.rewards import check_reward_config  # owned by the reward library
+    except ImportError:  # reward library not importable: fail loudly, never train with an unchecked reward
+        raise ConfigError("config error: grpoflow.rewards cannot be imported to check the reward config: reinstall the package (pip install -e .)")
+    check_reward_config(rewards, where=f"{where}.rewards")
+
+
+# Backend-specific cross checks (verl batch arithmetic, TRL batch divisibility) register here.
+_BACKEND_CHECKS: dict[str, Any] = {}
+
+
+def register_backend_check(backend: str):
+    def deco(fn):
+        _BACKEND_CHECKS[backend] = fn
+        return fn
+
+    return deco
+
+
+def _build_models(cfg: WorkflowConfig) -> None:
+    """Every model that gets evaluated, by name: GRPO results, their SFT starting points, external models."""
+    models: dict[str, dict] = {}
+
+    def add(mname: str, entry: dict, where: str) -> None:
+        if mname in models and models[mname] != entry:
+            raise ConfigError(f"config error: {where}: model name {mname!r} is already used by {models[mname]['where']} for a different model; give one of them another name")
+        models.setdefault(mname, entry)
+
+    stages = cfg.evaluation["stages"]
+    for name, exp in cfg.experiments.items():
+        if "grpo" in stages:
+            add(name, {"kind": "grpo", "experiment": name, "where": f"experiments.{name}"}, f"experiments.{name}")
+        if "sft" in stages:
+            sft = exp["sft"]
+            sft_key = {k: sft.get(k) for k in ("model", "run_dir", "hf_subdir", "step")}
+            entry = {"kind": "sft", "experiment": None, "sft": sft_key, "where": f"experiments.{name}.sft"}
+            sname = sft.get("name") or f"{name}-sft"
+            if sname in models and models[sname]["kind"] == "sft" and models[sname]["sft"] == sft_key:
+                continue  # shared SFT model: evaluated once, via the first experiment that uses it
+            entry["experiment"] = name
+            add(sname, entry, f"experiments.{name}.sft.name")
+    for mname, spec in cfg.evaluation["models"].items():
+        add(mname, {"kind": "external", "path": spec["path"], "trust_remote_code": spec["trust_remote_code"], "where": f"evaluation.models.{mname}"}, f"evaluation.models.{mname}")
+    clash = set(models) & set(cfg.experiments) - {n for n, m in models.items() if m["kind"] == "grpo"}
+    if clash:
+        raise ConfigError(f"config error: name {sorted(clash)[0]!r} is both an experiment and another model: rename one")
+    cfg.models = models
+
+
+def _check_evaluation(cfg: WorkflowConfig) -> None:
+    for bname, bench in cfg.evaluation["benchmarks"].items():
+        where = f"evaluation.benchmarks.{bname}"
+        if "dataset" in bench:
+            ds = bench["dataset"]
+            if ds not in cfg.datasets:
+                raise ConfigError(f"config error: {where}.dataset = {ds!r} is not defined under datasets (defined: {', '.join(cfg.datasets) or 'none'})")
+            if bench["split"] not in cfg.dataset_splits(ds):
+                raise ConfigError(f"config error: {where}.split = {bench['split']!r}: dataset {ds!r} has splits {', '.join(cfg.dataset_splits(ds))}")
+    if (cfg.experiments or cfg.evaluation["models"]) and not cfg.evaluation["benchmarks"]:
+        raise ConfigError("config error: evaluation.benchmarks is empty: name at least one benchmark (a dataset split or a file) to evaluate on")
+    primary = cfg.report.get("primary_benchmark")
+    if primary and primary not in cfg.evaluation["benchmarks"]:
+        raise ConfigError(f"config error: report.primary_benchmark = {primary!r} is not one of evaluation.benchmarks ({', '.join(cfg.benchmarks())})")
+
+
+def resolve_config(raw: dict) -> WorkflowConfig:
+    """Validate ``raw`` (as Snakemake loaded it) and return the resolved configuration. Raises ConfigError."""
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError("config error: the configuration is empty: run from the repository root (config/config.yaml is the default) or pass --configfile config/<name>.yaml")
+    raw = copy.deepcopy(raw)
+    schema = load_schema()
+    # 1. Structure and unknown keys everywhere (no defaults yet, so `defaults` stays a partial experiment).
+    _check(raw, schema, fill_defaults=False)
+    # 2. Experiments = defaults ⊕ experiment, then defaults filled and re-checked as a whole.
+    defaults = raw.get("defaults") or {}
+    experiments = {}
+    for name, exp in (raw.get("experiments") or {}).items():
+        merged = deep_merge(defaults, exp or {})
+        _check(merged, {"$ref": "#/$defs/experiment"}, fill_defaults=True, where=f"experiments.{name}")
+        # Keep only the chosen backend's section: the other one's defaults must not change training params.
+        merged.pop("trl" if merged["backend"] == "verl" else "verl", None)
+        experiments[name] = merged
+    datasets = {}
+    for name, ds in (raw.get("datasets") or {}).items():
+        ds = copy.deepcopy(ds)
+        _check(ds, {"$ref": "#/$defs/dataset"}, fill_defaults=True, where=f"datasets.{name}")
+        ds.setdefault("prompt", {"system": None, "template": "{question}"})
+        if ds.get("data_source") is None:
+            ds["data_source"] = f"grpoflow/{name}"
+        datasets[name] = ds
+    evaluation = copy.deepcopy(raw.get("evaluation") or {})
+    _check(evaluation, {"$ref": "#/$defs/evaluation"}, fill_defaults=True, where="evaluation")
+    report = copy.deepcopy(raw.get("report") or {})
+    _check(report, {"$ref": "#/$defs/report"}, fill_defaults=True, where="report")
+    demo = copy.deepcopy(raw.get("demo")) if raw.get("demo") is not None else None
+    if demo is not None:
+        _check(demo, {"$ref": "#/$defs/demo"}, fill_defaults=True, where="demo")
+        demo.setdefault("tiny_model", {})
+        _check(demo["tiny_model"], {"$ref": "#/$defs/demo/properties/tiny_model"}, fill_defaults=True, where="demo.tiny_model")
+        if "sft" not in demo:
+            raise ConfigError("config error: demo.sft is missing: the demo needs an SFT stage (demo.sft.dataset names its data)")
+        if demo["sft"]["dataset"] not in datasets:
+            raise ConfigError(f"config error: demo.sft.dataset = {demo['sft']['dataset']!r} is not defined under datasets (defined: {', '.join(datasets) or 'none'})")
+
+    cfg = WorkflowConfig(raw=raw, datasets=datasets, experiments=experiments, evaluation=evaluation, report=report, demo=demo)
+    for name, exp in experiments.items():
+        _check_experiment(name, exp, cfg)
+    _build_models(cfg)
+    _check_evaluation(cfg)
+    return cfg
+
+
+def load_config_files(paths: Iterable[str]) -> dict:
+    """Merge YAML config files the way ``snakemake --configfile a b`` does (later files win, dicts merge)."""
+    merged: dict = {}
+    for p in paths:
+        with open(p, encoding="utf-8") as fh:
+            merged = deep_merge(merged, yaml.safe_load(fh) or {})
+    return merged

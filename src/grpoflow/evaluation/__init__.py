@@ -1,0 +1,1 @@
+"""Evaluation of any model on any benchmark: generation backends (transformers, vLLM) and metrics."""

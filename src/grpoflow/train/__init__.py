@@ -1,0 +1,1 @@
+"""GRPO training: the command train_grpo runs (`command`), the TRL backend and the verl backend."""
