@@ -1,0 +1,1 @@
+"""Datasets: download (Hub, local files, synthetic) and conversion to verl's RL Parquet format."""
