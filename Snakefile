@@ -6,9 +6,18 @@
 # All logic lives in the grpoflow package (src/grpoflow); rules only wire files to library calls.
 # See README.md for running locally, on SLURM, and rerunning only evaluation.
 
+import os
+import sys
+
 from snakemake.utils import min_version
 
 min_version("9.0")
+
+# The library is imported from this checkout, here and in every job (also inside per-rule conda envs that do
+# not install it), so the code that runs is always the code you see.
+_SRC = os.path.join(workflow.basedir, "src")
+sys.path.insert(0, _SRC)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, os.environ.get("PYTHONPATH")) if p)
 
 
 configfile: "config/config.yaml"

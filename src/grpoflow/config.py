@@ -241,6 +241,16 @@ def dataset_splits(ds: dict) -> list[str]:
     return [s for s in SPLITS if s in have]
 
 
+def _check_dataset(name: str, ds: dict) -> None:
+    where = f"datasets.{name}"
+    if "{question}" not in ds["prompt"]["template"]:
+        raise ConfigError(f"config error: {where}.prompt.template = {ds['prompt']['template']!r} has no {{question}} placeholder: the problem text would be dropped")
+    native = set(dataset_splits({**ds, "validation": None, "test": None}))
+    for key, split in (("validation", "val"), ("test", "test")):
+        if ds.get(key) and split in native:
+            raise ConfigError(f"config error: {where}.{key}: the source already provides a {split!r} split; remove {where}.{key} (or drop that split from the source)")
+
+
 def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> None:
     where = f"experiments.{name}"
     data = exp.get("data") or {}
@@ -365,6 +375,7 @@ def resolve_config(raw: dict) -> WorkflowConfig:
         ds.setdefault("prompt", {"system": None, "template": "{question}"})
         if ds.get("data_source") is None:
             ds["data_source"] = f"grpoflow/{name}"
+        _check_dataset(name, ds)
         datasets[name] = ds
     evaluation = copy.deepcopy(raw.get("evaluation") or {})
     _check(evaluation, {"$ref": "#/$defs/evaluation"}, fill_defaults=True, where="evaluation")
