@@ -20,7 +20,12 @@ sys.path.insert(0, _SRC)
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, os.environ.get("PYTHONPATH")) if p)
 
 
-configfile: "config/config.yaml"
+# The embedded default, unless --configfile names another: Snakemake would otherwise *merge* both, and a
+# cluster run would inherit the demo's experiments.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
+
 
 
 include: "rules/common.smk"
