@@ -17,7 +17,7 @@ min_version("9.0")
 # not install it), so the code that runs is always the code you see.
 _SRC = os.path.join(workflow.basedir, "src")
 sys.path.insert(0, _SRC)
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, os.environ.get("PYTHONPATH")) if p)
+os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (_SRC, os.environ.get("PYTHONPATH")) if p))
 
 
 # The embedded default, unless --configfile names another: Snakemake would otherwise *merge* both, and a
