@@ -25,6 +25,7 @@ rule report:
     params:
         experiments=lambda wc: {e: report_experiment_summary(e) for e in CFG.experiments},
         models=lambda wc: CFG.models,
+        benchmarks=lambda wc: list(CFG.evaluation["benchmarks"]),
         settings=lambda wc: CFG.report,
     log:
         "logs/report.log",

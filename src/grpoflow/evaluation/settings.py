@@ -1,11 +1,23 @@
-"""Which config values an evaluation depends on (so changing only these reruns evaluate + report)."""
+"""Which config values an evaluation depends on (so changing only these reruns evaluate + report), and the
+generation settings they resolve to (presets, overrides, checks)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 from grpoflow.config import WorkflowConfig
+from grpoflow.errors import ConfigError
 
 # Structural keys decide *what* is evaluated (the DAG), not *how*; they are not job params.
 _STRUCTURAL = {"benchmarks", "models", "stages", "resources"}
+
+# The TPU recipe's three evaluation presets. Its "greedy" used temperature 1e-4 / top_k 1, i.e. argmax
+# decoding; here greedy is exact argmax (temperature 0), which both backends implement without sampling.
+PRESETS: dict[str, dict] = {
+    "greedy": {"temperature": 0.0, "top_p": 1.0, "top_k": -1},
+    "standard": {"temperature": 0.7, "top_p": 0.95, "top_k": 50},
+    "liberal": {"temperature": 0.85, "top_p": 1.0, "top_k": 2000},
+}
 
 
 def evaluation_settings(cfg: WorkflowConfig) -> dict:
@@ -20,3 +32,60 @@ def benchmark_prompt(cfg: WorkflowConfig, benchmark: str) -> dict | None:
     if "dataset" in bench:
         return cfg.datasets[bench["dataset"]]["prompt"]
     return None
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Resolved decoding settings, identical for both backends. ``top_k = -1`` means no top-k filtering."""
+
+    preset: str
+    temperature: float
+    top_p: float
+    top_k: int
+    samples: int
+    max_new_tokens: int
+    seed: int
+    batch_size: int
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "greedy": self.greedy}
+
+
+def generation_settings(settings: dict) -> Generation:
+    """Preset values overridden by any explicit ``temperature``/``top_p``/``top_k``; checks the combination."""
+    preset = settings.get("preset", "greedy")
+    values = dict(PRESETS[preset])
+    for key in ("temperature", "top_p", "top_k"):
+        if settings.get(key) is not None:
+            values[key] = settings[key]
+    top_k = int(values["top_k"])
+    gen = Generation(
+        preset=preset,
+        temperature=float(values["temperature"]),
+        top_p=float(values["top_p"]),
+        top_k=-1 if top_k <= 0 else top_k,
+        samples=int(settings.get("samples", 1)),
+        max_new_tokens=int(settings.get("max_new_tokens", 1024)),
+        seed=int(settings.get("seed", 0)),
+        batch_size=int(settings.get("batch_size", 32)),
+    )
+    check_generation(gen)
+    return gen
+
+
+def check_generation(gen: Generation) -> None:
+    if gen.greedy and gen.samples > 1:
+        raise ConfigError(
+            f"config error: evaluation.samples = {gen.samples} with greedy decoding gives {gen.samples} identical "
+            "completions per problem: set evaluation.preset to standard or liberal (or evaluation.temperature > 0) "
+            "for pass@k/maj@k, or samples: 1"
+        )
+
+
+def check_evaluation_config(evaluation: dict) -> None:
+    """Cross checks of the resolved `evaluation` section that the schema cannot express (config load time)."""
+    generation_settings(evaluation)

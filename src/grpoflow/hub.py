@@ -1,0 +1,211 @@
+"""`upload_to_hub`: publish an experiment's merged model with a generated model card.
+
+- ``upload.enabled: false`` (the default): nothing is sent; the record says so (the job stays in the DAG, so
+  switching upload on later reruns only this job).
+- ``upload.dry_run: true``: lists every file that would be uploaded (path, size, sha256) and the model card;
+  sends nothing and needs no token.
+- Otherwise: ``create_repo(exist_ok=True)`` (``private`` applies when the repo is created), the branch
+  ``revision`` if it is not ``main``, then one ``upload_folder`` of the model dir + README.md. Idempotent: the
+  card is built only from the run's files (no upload time), and the Hub skips files whose content it already
+  has, so re-uploading the same model creates no commit (the record then says ``changed: false``).
+
+The token comes from ``HF_TOKEN`` or the Hugging Face cache (``hf auth login``) via huggingface_hub, and is
+checked before anything is sent. It is never logged or written: records hold no headers, and error messages
+are scrubbed of it.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from grpoflow.errors import GrpoflowError
+from grpoflow.evaluation.generation import HUB_ID, first_line
+from grpoflow.io import atomic_write_json, read_json, sha256_file
+
+log = logging.getLogger(__name__)
+
+CARD_NAME = "README.md"
+# Config values a public card must not show.
+_SECRET_KEY = re.compile(r"token|secret|password|passwd|api_?key|credential", re.IGNORECASE)
+
+
+# ---- what would be uploaded -------------------------------------------------------------------------------------
+
+
+def model_files(model_dir: str) -> list[dict]:
+    """Files of the merged model dir that upload_folder would send (its default ignores applied), sorted.
+    A README.md in the model dir is replaced by the generated card."""
+    from huggingface_hub.utils import filter_repo_objects
+    from huggingface_hub.utils._paths import DEFAULT_IGNORE_PATTERNS
+
+    root = Path(model_dir)
+    if not root.is_dir():
+        raise GrpoflowError(f"model dir {model_dir} not found: run merge_checkpoint first (snakemake results/<experiment>/model)")
+    rel = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+    kept = [r for r in filter_repo_objects(rel, ignore_patterns=list(DEFAULT_IGNORE_PATTERNS)) if r != CARD_NAME]
+    return [{"path": r, "size": (root / r).stat().st_size, "sha256": sha256_file(root / r)} for r in kept]
+
+
+def _public_config(experiment_cfg: dict) -> dict:
+    """The experiment config as the card shows it: environment values and anything named like a credential
+    (e.g. WANDB_API_KEY in verl.env, a hub_token in trl.extra_args) redacted."""
+
+    def redact(value, key: str = "", under_env: bool = False):
+        if isinstance(value, dict):
+            return {k: redact(v, k, under_env or (key == "env")) for k, v in value.items()}
+        if isinstance(value, list):
+            return [redact(v) for v in value]
+        return "<redacted>" if under_env or _SECRET_KEY.search(key) else value
+
+    cfg = redact(copy.deepcopy(experiment_cfg))
+    cfg.pop("upload", None)
+    return cfg
+
+
+def _base_model(experiment_cfg: dict) -> str | None:
+    """The SFT start as a Hub id (for the card's base_model), when it is one."""
+    path = (experiment_cfg.get("sft") or {}).get("model")
+    return path if path and "/" in path and not os.path.exists(path) and HUB_ID.match(path) else None
+
+
+def model_card(experiment: str, experiment_cfg: dict, marker: dict, evaluations: list[dict], repo_id: str) -> str:
+    """README.md for the Hub: metadata, evaluation table, training config and provenance — all from the run's
+    own files, so the same run always yields the same card."""
+    grpo, data = experiment_cfg["grpo"], experiment_cfg["data"]
+    base = _base_model(experiment_cfg)
+    meta = {"library_name": "transformers", "pipeline_tag": "text-generation", "tags": ["grpo", "reinforcement-learning", "math", "grpoflow"]}
+    if grpo.get("lora", {}).get("rank"):
+        meta["tags"].append("lora-merged")
+    if base:
+        meta["base_model"] = base
+    lines = ["---", yaml.safe_dump(meta, sort_keys=True).strip(), "---", "", f"# {repo_id.split('/')[-1]}", ""]
+    start = base or "its SFT checkpoint"
+    lines += [
+        f"GRPO fine-tune of `{start}` for math reasoning, trained with grpoflow (experiment `{experiment}`, "
+        f"backend {experiment_cfg['backend']}, {marker.get('final_step', grpo['total_steps'])} optimizer steps, "
+        f"{grpo['prompts_per_step']} prompts × {grpo['num_generations']} completions per step, rewards: {', '.join(experiment_cfg['rewards']['funcs'])}) "
+        f"on dataset `{data['dataset']}` (split {data['train_split']}). "
+        + (f"The LoRA adapter (rank {grpo['lora']['rank']}) is merged into the weights: this is a plain transformers model." if grpo.get("lora", {}).get("rank") else "Full fine-tuning."),
+        "",
+    ]
+    if evaluations:
+        lines += ["## Evaluation", "", "| benchmark | accuracy | format | partial (±10%) | no answer | truncated | mean tokens | problems | decoding |", "|:---|---:|---:|---:|---:|---:|---:|---:|:---|"]
+        for ev in sorted(evaluations, key=lambda e: e["benchmark"]):
+            m, g = ev["metrics"], ev["generation"]
+            decoding = "greedy" if g.get("greedy") else f"{g['preset']} (T {g['temperature']}, k={g['samples']})"
+            lines.append(
+                f"| {ev['benchmark']} | {100 * m['accuracy']:.1f}% | {100 * m['format_accuracy']:.1f}% | {100 * m['partial_accuracy']:.1f}% | "
+                f"{100 * m['no_answer_rate']:.1f}% | {100 * m['truncation_rate']:.1f}% | {m['mean_response_tokens']:.1f} | {ev['n_problems']} | "
+                f"{decoding}, max {g['max_new_tokens']} tokens |"
+            )
+        lines += ["", "Accuracy is graded by grpoflow's answer verifier (final `\\boxed{}`, `<answer>` tag, `####` line or answer phrase, compared symbolically).", ""]
+    lines += ["## Training configuration", "", "```yaml", yaml.safe_dump(_public_config(experiment_cfg), sort_keys=True).strip(), "```", ""]
+    prov = marker.get("provenance") or {}
+    lines += ["## Provenance", ""]
+    if prov.get("git_commit"):
+        lines.append(f"- grpoflow commit: `{prov['git_commit']}`")
+    if prov.get("config_hash"):
+        lines.append(f"- experiment config hash: `{prov['config_hash']}`")
+    if prov.get("time"):
+        lines.append(f"- training finished: {prov['time']}")
+    lines.append(f"- final step: {marker.get('final_step')} of {marker.get('planned_steps')}")
+    if marker.get("metrics_summary"):
+        lines.append("- last training step: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in sorted(marker["metrics_summary"].items())))
+    for name, version in sorted((prov.get("packages") or {}).items()):
+        lines.append(f"- {name} {version}")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# ---- the job ------------------------------------------------------------------------------------------------------
+
+
+def find_token() -> str | None:
+    from huggingface_hub import get_token
+
+    return get_token()
+
+
+def upload_experiment(
+    experiment: str,
+    upload: dict,
+    experiment_config: dict,
+    model_dir: str,
+    marker_path: str,
+    evaluations: list[str],
+    record_path: str,
+    endpoint: str | None = None,
+) -> dict:
+    """Upload (or dry-run, or record as disabled) one experiment's merged model; write ``record_path``."""
+    record = {"experiment": experiment, "enabled": bool(upload.get("enabled")), "dry_run": bool(upload.get("dry_run")), "sent": False}
+    if not upload.get("enabled"):
+        record["reason"] = f"upload disabled: set experiments.{experiment}.upload.enabled: true and upload.repo_id to publish"
+        atomic_write_json(record_path, record)
+        log.info("%s: upload disabled; nothing sent", experiment)
+        return record
+    repo_id, revision, private = upload["repo_id"], upload.get("revision") or "main", bool(upload.get("private", True))
+    record.update(repo_id=repo_id, revision=revision, private=private)
+    card = model_card(experiment, experiment_config, read_json(marker_path), [read_json(p) for p in evaluations], repo_id)
+    files = model_files(model_dir) + [{"path": CARD_NAME, "size": len(card.encode()), "sha256": _sha256_text(card), "generated": True}]
+    record["files"] = files
+    record["total_bytes"] = sum(f["size"] for f in files)
+    token = find_token()
+    if record["dry_run"]:
+        record.update(token_found=token is not None, model_card=card)
+        record["reason"] = "dry run: nothing sent"
+        atomic_write_json(record_path, record)
+        log.info("%s: dry run: would upload %d files (%d bytes) to %s@%s", experiment, len(files), record["total_bytes"], repo_id, revision)
+        for f in files:
+            log.info("  %s (%d bytes)", f["path"], f["size"])
+        return record
+    if not token:
+        raise GrpoflowError(f"no Hugging Face token for uploading {experiment} to {repo_id}: set HF_TOKEN or run `hf auth login` on the machine that runs upload_to_hub (nothing was uploaded)")
+    try:
+        record.update(_send(model_dir, files, card, repo_id, revision, private, token, endpoint, upload.get("commit_message") or f"grpoflow: {experiment}"))
+    except GrpoflowError:
+        raise
+    except Exception as exc:  # HTTP/network errors of huggingface_hub: one line, never the token
+        raise GrpoflowError(_scrub(f"upload of {experiment} to {repo_id}@{revision} failed: {first_line(exc)}", token)) from None
+    record["sent"] = True
+    atomic_write_json(record_path, record)
+    log.info("%s: %s %s@%s (commit %s)", experiment, "uploaded to" if record["changed"] else "unchanged on", repo_id, revision, record["commit"])
+    return record
+
+
+def _send(model_dir: str, files: list[dict], card: str, repo_id: str, revision: str, private: bool, token: str, endpoint: str | None, message: str) -> dict:
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()
+    api = HfApi(endpoint=endpoint, token=token)
+    url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+    if revision != "main":
+        api.create_branch(repo_id, branch=revision, exist_ok=True)
+    before = api.repo_info(repo_id, revision=revision).sha
+    # Upload a staging dir of links to the model's files + the card: the model dir (another rule's output)
+    # is never written to.
+    with tempfile.TemporaryDirectory(prefix="grpoflow-upload-") as stage:
+        for f in files:
+            dest = Path(stage) / f["path"]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if f.get("generated"):
+                dest.write_text(card, encoding="utf-8")
+            else:
+                os.symlink(os.path.abspath(os.path.join(model_dir, f["path"])), dest)
+        info = api.upload_folder(repo_id=repo_id, folder_path=stage, revision=revision, commit_message=message, repo_type="model")
+    return {"url": str(url), "commit": info.oid, "commit_url": info.commit_url, "parent_commit": before, "changed": info.oid != before}
+
+
+def _sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _scrub(message: str, token: str | None) -> str:
+    return message.replace(token, "<token>") if token else message
