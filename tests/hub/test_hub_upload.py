@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from hubkit import experiment_config, hub, no_token, run, token, with_token  # noqa: F401 (fixtures)
 
 from grpoflow.errors import GrpoflowError
 from grpoflow.hub import upload_experiment

@@ -1,4 +1,7 @@
-"""Fixtures for upload tests: a stand-in Hub on loopback, a merged-model-like dir, a finished run's files."""
+"""Fixtures for upload tests: a stand-in Hub on loopback, a merged-model-like dir, a finished run's files.
+
+Imported by the test modules by name (not a conftest.py: modules named `conftest` in several test folders
+shadow each other in sys.modules)."""
 
 from __future__ import annotations
 
