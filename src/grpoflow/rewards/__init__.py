@@ -1,11 +1,55 @@
-"""Reward library (placeholder interface; the full registry is built in issue #3)."""
+"""grpoflow's reward library: one answer verifier and one registry of rewards for verl, TRL and evaluation.
 
-from grpoflow.errors import ConfigError
+Public API (see docs/rewards.md):
 
-KNOWN = {"accuracy"}
+- ``verify(completion, ground_truth) -> Verdict`` (``.correct``, ``.found``, ``.extracted``, ``.source``,
+  ``.reason``), ``is_correct``, ``within_tolerance`` ("partial accuracy"), ``format_ok`` ("format accuracy"),
+  ``stats()`` / ``reset_stats()`` (verifier counters: timeouts, errors, fast-path hits, ...).
+- ``REGISTRY`` / ``registry()``: every reward's name, parameters, defaults, group-level flag and docstring;
+  ``check_reward_config(rewards_cfg, where)`` validates a config section.
+- ``RewardSet(rewards_cfg)``: the weighted sum (+ optional per-prompt z-norm) over a batch of ``Sample``s.
+- Adapters: ``grpoflow.rewards.trl.build_reward_funcs`` (TRL GRPOTrainer) and ``grpoflow.rewards.verl``
+  (``compute_score``, ``hydra_overrides``, ``environment``; the advantage estimator lives in
+  ``grpoflow.rewards.verl_plugin``).
+"""
 
+from grpoflow.rewards.combine import RewardSet, Scores, contiguous_groups, groups_of, znorm
+from grpoflow.rewards.extract import Extraction, extract_answer
+from grpoflow.rewards.funcs import Sample, kimi_length
+from grpoflow.rewards.registry import REGISTRY, Param, RewardSpec, check_reward_config, registry, resolve_params
+from grpoflow.rewards.verifier import (
+    Verdict,
+    answers_equal,
+    format_ok,
+    is_correct,
+    reset_stats,
+    stats,
+    verify,
+    within_tolerance,
+)
 
-def check_reward_config(rewards: dict, where: str = "rewards") -> None:
-    for name in rewards["funcs"]:
-        if name not in KNOWN:
-            raise ConfigError(f"config error: {where}.funcs: unknown reward {name!r} (known: {', '.join(sorted(KNOWN))})")
+__all__ = [
+    "verify",
+    "is_correct",
+    "Verdict",
+    "within_tolerance",
+    "format_ok",
+    "answers_equal",
+    "extract_answer",
+    "Extraction",
+    "stats",
+    "reset_stats",
+    "REGISTRY",
+    "registry",
+    "Param",
+    "RewardSpec",
+    "check_reward_config",
+    "resolve_params",
+    "RewardSet",
+    "Scores",
+    "Sample",
+    "znorm",
+    "kimi_length",
+    "groups_of",
+    "contiguous_groups",
+]

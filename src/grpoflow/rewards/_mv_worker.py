@@ -1,0 +1,144 @@
+"""The math-verify worker process: ``python -m grpoflow.rewards._mv_worker``.
+
+Reads one JSON request per line on stdin (``{"gold": ..., "pred": ..., "soft": seconds}``), writes one JSON
+reply per line on stdout (``{"equal": bool}`` or ``{"error": "..."}``). It runs in its own process so that the
+parent can bound it from any thread: the parent kills it at a hard deadline (sympy can spend minutes inside C
+big-integer arithmetic, where no signal lands). Inside, this process's main thread runs math-verify with its
+own signal timeouts switched off and one SIGALRM of our own as a soft deadline, so ordinary slow cases end
+without losing the warm process. Address space is capped so that a runaway ``9^{9^{9^9}}`` fails fast.
+
+Nothing here evaluates model text: math-verify's LaTeX extraction feeds an ANTLR parser (latex2sympy2); the
+plain-expression extractor (which calls sympy's ``parse_expr``, an ``eval``) is never enabled.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import sys
+from functools import lru_cache
+
+MEMORY_LIMIT_BYTES = int(os.environ.get("GRPOFLOW_VERIFY_MEMORY_MB", "2048")) * 2**20
+
+
+class _SoftTimeout(Exception):
+    pass
+
+
+def _on_alarm(signum, frame):  # pragma: no cover - exercised through the subprocess
+    raise _SoftTimeout()
+
+
+def _setup() -> None:
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = MEMORY_LIMIT_BYTES if hard == resource.RLIM_INFINITY else min(MEMORY_LIMIT_BYTES, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (ImportError, ValueError, OSError):  # not POSIX, or a limit we may not raise: the hard kill still bounds us
+        pass
+    signal.signal(signal.SIGALRM, _on_alarm)
+    logging.disable(logging.WARNING)  # math-verify logs every failed parse; the parent reports what matters
+    sys.setrecursionlimit(10_000)
+
+
+def _exact(expr):
+    """Decimals as the exact rationals they denote (0.866 → 433/500), so that a rounded decimal never equals an
+    irrational or non-terminating value (math-verify would accept 0.866025 for √3/2; the convention does not)."""
+    from sympy import Basic, Float, MatrixBase, Rational
+
+    if not isinstance(expr, (Basic, MatrixBase)):
+        return expr
+    floats = expr.atoms(Float)
+    if not floats:
+        return expr
+    return expr.xreplace({f: Rational(str(f)) for f in floats})
+
+
+_APPROX_RE = re.compile(r"\\approx.*$|≈.*$", re.S)
+# TeX's brace-less arguments: \frac\pi3, \frac13, \dfrac94, \sqrt3. latex2sympy misreads some of them
+# (\frac\pi3 came back as garbage), so give every argument its braces before parsing.
+_SHORT_ARG = r"(\\[A-Za-z]+|[0-9A-Za-z])"
+_FRAC_SHORT_RE = re.compile(r"\\([dt]?frac)\s*" + _SHORT_ARG + r"\s*" + _SHORT_ARG)
+_FRAC_HALF_RE = re.compile(r"\\([dt]?frac)\s*(\{[^{}]*\})\s*" + _SHORT_ARG)
+_FRAC_HALF2_RE = re.compile(r"\\([dt]?frac)\s*" + _SHORT_ARG + r"\s*(\{)")
+_SQRT_SHORT_RE = re.compile(r"\\sqrt\s*" + _SHORT_ARG)
+
+
+def _braces(latex: str) -> str:
+    latex = _FRAC_SHORT_RE.sub(r"\\\1{\2}{\3}", latex)
+    latex = _FRAC_HALF_RE.sub(r"\\\1\2{\3}", latex)
+    latex = _FRAC_HALF2_RE.sub(r"\\\1{\2}\3", latex)
+    return _SQRT_SHORT_RE.sub(r"\\sqrt{\1}", latex)
+
+
+@lru_cache(maxsize=4096)
+def _parse(latex: str):
+    from math_verify import LatexExtractionConfig, parse
+
+    cfg = LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=True)
+    parsed = parse("\\boxed{" + _braces(latex) + "}", extraction_config=[cfg], parsing_timeout=None, fallback_mode="first_match")
+    return [_exact(p) for p in parsed]
+
+
+def equal(gold: str, pred: str) -> bool:
+    from math_verify import verify
+
+    pred = _APPROX_RE.sub("", pred).strip()  # "\frac16 \approx 0.167" states the exact value first
+    g, p = _parse(gold), _parse(pred)
+    if not g or not p:
+        return False
+    return bool(verify(g, p, timeout_seconds=None, allow_set_relation_comp=True))
+
+
+def main() -> None:
+    _setup()
+    import math_verify  # noqa: F401  (import before the first request: the parent's start-up wait covers it)
+    import math_verify.grader
+    import math_verify.parser
+
+    # We supply the timeout (SIGALRM here, kill in the parent): silence math-verify's "no timeout" warning.
+    math_verify.parser.TIMEOUT_WARNING_SHOWN = True
+    math_verify.grader.TIMEOUT_WARNING_SHOWN = True
+    # The protocol owns the original stdout; anything a library prints goes to stderr instead.
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        try:
+            reply = _handle(line)
+        except _SoftTimeout:  # the alarm fired between the work and its cancellation
+            reply = {"timeout": True}
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+
+
+def _handle(line: str) -> dict:
+    try:
+        req = json.loads(line)
+        gold, pred, soft = str(req["gold"]), str(req["pred"]), float(req.get("soft", 0) or 0)
+    except (ValueError, KeyError, TypeError):
+        return {"error": "bad request"}
+    try:
+        if soft > 0:
+            signal.setitimer(signal.ITIMER_REAL, soft)
+        return {"equal": equal(gold, pred)}
+    except _SoftTimeout:
+        return {"timeout": True}
+    except MemoryError:
+        return {"error": "MemoryError (expression too large)"}
+    except RecursionError:
+        return {"error": "RecursionError (expression nested too deeply)"}
+    except Exception as exc:  # noqa: BLE001 - any failure is 'not equal' with its reason, never a crash
+        return {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""A small pool of math-verify worker processes with deadlines that hold in any thread.
+
+math-verify bounds its own work with ``signal.alarm``, which only works in a process's main thread (verl calls
+reward functions from a thread pool, where it raises) and never interrupts sympy inside C big-integer
+arithmetic. So LaTeX comparisons run in worker processes (``_mv_worker``): a soft deadline inside the worker
+ends ordinary slow cases, and a hard deadline here kills the worker when even that does not land. Any number of
+threads may call ``MathVerifyPool.compare`` at once; each takes an idle worker (starting one, up to ``size``).
+
+Environment: ``GRPOFLOW_VERIFY_WORKERS`` (processes per pool, default min(4, CPUs)), ``GRPOFLOW_VERIFY_TIMEOUT``
+(soft deadline in seconds per comparison, default 5; the hard one is 5 s later), ``GRPOFLOW_VERIFY_MEMORY_MB``
+(address-space cap per worker, default 2048).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpoflow.errors import GrpoflowError
+
+__all__ = ["MathVerifyPool", "Outcome", "default_pool"]
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory that holds grpoflow/
+
+
+@dataclass(frozen=True)
+class Outcome:
+    equal: bool
+    status: str  # ok | timeout | error
+    detail: str = ""
+
+
+class _Deadline(Exception):
+    pass
+
+
+class _Died(Exception):
+    pass
+
+
+class _Worker:
+    def __init__(self, startup_timeout: float):
+        env = dict(os.environ)
+        env["PYTHONPATH"] = _PACKAGE_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env.setdefault("OMP_NUM_THREADS", "1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "grpoflow.rewards._mv_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            bufsize=0,
+            env=env,
+            close_fds=True,
+        )
+        self._buf = b""
+        self.calls = 0
+        try:
+            ready = self._read(time.monotonic() + startup_timeout)
+        except (_Deadline, _Died) as exc:
+            self.kill()
+            raise OSError(f"math-verify worker did not start ({type(exc).__name__.strip('_').lower()})") from None
+        if not ready.get("ready"):
+            self.kill()
+            raise OSError(f"math-verify worker sent {ready!r} instead of ready")
+
+    def _read(self, deadline: float) -> dict:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Deadline()
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                raise _Deadline()
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise _Died()
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return json.loads(line)
+
+    def request(self, payload: dict, hard_timeout: float) -> dict:
+        assert self.proc.stdin is not None
+        self.calls += 1
+        try:
+            self.proc.stdin.write((json.dumps(payload) + "\n").encode())
+        except (BrokenPipeError, OSError):
+            raise _Died() from None
+        return self._read(time.monotonic() + hard_timeout)
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+
+
+class MathVerifyPool:
+    """Thread-safe pool of math-verify worker processes. ``compare(gold, pred)`` never raises for a bad input."""
+
+    def __init__(
+        self,
+        size: int | None = None,
+        soft_timeout: float | None = None,
+        hard_timeout: float | None = None,
+        startup_timeout: float = 120.0,
+        recycle_after: int = 20_000,
+    ):
+        env_size = os.environ.get("GRPOFLOW_VERIFY_WORKERS")
+        self.size = max(1, size or (int(env_size) if env_size else min(4, os.cpu_count() or 1)))
+        self.soft_timeout = soft_timeout if soft_timeout is not None else float(os.environ.get("GRPOFLOW_VERIFY_TIMEOUT", "5"))
+        self.hard_timeout = hard_timeout if hard_timeout is not None else self.soft_timeout + 5.0
+        self.startup_timeout = startup_timeout
+        self.recycle_after = recycle_after  # bounds the memory sympy's caches grow to in a long run
+        self._cv = threading.Condition()
+        self._idle: list[_Worker] = []
+        self._count = 0  # workers alive or starting
+        self._pid = os.getpid()
+        self._start_failures = 0
+
+    def _check_fork(self) -> None:
+        # After a fork the inherited pipes belong to the parent's workers: forget them, start our own.
+        if os.getpid() != self._pid:
+            with self._cv:
+                self._idle, self._count, self._pid = [], 0, os.getpid()
+
+    def _acquire(self) -> _Worker:
+        with self._cv:
+            while True:
+                if self._idle:
+                    return self._idle.pop()
+                if self._count < self.size:
+                    self._count += 1
+                    break
+                self._cv.wait()
+        try:
+            worker = _Worker(self.startup_timeout)
+        except OSError as exc:
+            with self._cv:
+                self._count -= 1
+                self._start_failures += 1
+                failures = self._start_failures
+                self._cv.notify()
+            if failures >= 3:
+                raise GrpoflowError(
+                    f"cannot start the math-verify worker process ({exc}); check that `{sys.executable} -m "
+                    "grpoflow.rewards._mv_worker` runs on this node (grpoflow and math-verify installed)"
+                ) from None
+            raise
+        with self._cv:
+            self._start_failures = 0
+        return worker
+
+    def _release(self, worker: _Worker | None) -> None:
+        with self._cv:
+            if worker is None:
+                self._count -= 1
+            else:
+                self._idle.append(worker)
+            self._cv.notify()
+
+    def compare(self, gold: str, pred: str) -> Outcome:
+        self._check_fork()
+        for attempt in range(3):
+            try:
+                worker = self._acquire()
+            except OSError as exc:  # a transient start failure: try again (the third raises GrpoflowError)
+                if attempt == 2:
+                    return Outcome(False, "error", str(exc))
+                continue
+            try:
+                reply = worker.request({"gold": gold, "pred": pred, "soft": self.soft_timeout}, self.hard_timeout)
+            except _Deadline:
+                worker.kill()
+                self._release(None)
+                return Outcome(False, "timeout", f"killed after {self.hard_timeout:g}s")
+            except _Died:
+                worker.kill()
+                self._release(None)
+                return Outcome(False, "error", "math-verify worker died (killed by the memory cap or a crash)")
+            except BaseException:
+                worker.kill()
+                self._release(None)
+                raise
+            if worker.calls >= self.recycle_after:
+                worker.kill()
+                self._release(None)
+            else:
+                self._release(worker)
+            if "equal" in reply:
+                return Outcome(bool(reply["equal"]), "ok")
+            if reply.get("timeout"):
+                return Outcome(False, "timeout", f"exceeded {self.soft_timeout:g}s")
+            return Outcome(False, "error", str(reply.get("error", reply)))
+        return Outcome(False, "error", "no math-verify worker")
+
+    def close(self) -> None:
+        with self._cv:
+            idle, self._idle = self._idle, []
+            self._count -= len(idle)
+        for w in idle:
+            w.kill()
+
+
+_default: MathVerifyPool | None = None
+_default_lock = threading.Lock()
+
+
+def default_pool() -> MathVerifyPool:
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = MathVerifyPool()
+            atexit.register(_default.close)
+        return _default

@@ -1,0 +1,497 @@
+"""Which final answer a completion gives — sections 1 and 2 of ANSWER-CONVENTION.md.
+
+``extract_answer(completion)`` returns an ``Extraction``: the answer text as read (``"72"``, ``"\\frac{3}{4}"``,
+``"-3, 2"`` for a run of adjacent boxes), the rule that produced it (``boxed``, ``answer_tag``, ``hashes``,
+``phrase``, ``conclusion``) or, when there is none, why. Everything here is regex and linear scans over the
+text — no sympy, nothing evaluated — and runs in time linear in the completion's length (one brace-matching pass;
+patterns without nested quantifiers), so pathological completions (20k-character loops, unbalanced braces) cost
+milliseconds.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from grpoflow.rewards.numbers import MINUS_SIGNS, NUMBER_WORDS, words_to_number
+
+__all__ = ["Extraction", "extract_answer", "response_part", "find_boxes", "END_TOKENS", "looks_like_code"]
+
+END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+@dataclass(frozen=True)
+class Extraction:
+    answer: str | None  # the final answer as read, None when the completion gives none
+    source: str | None  # boxed | answer_tag | hashes | phrase | conclusion
+    reason: str | None = None  # why there is no answer (None when there is one)
+    parts: tuple[str, ...] = field(default=())  # the pieces of a multi-part answer (adjacent boxes)
+    hedge: bool = False  # the statement offers alternatives ("72 or 73")
+
+    @property
+    def found(self) -> bool:
+        return self.answer is not None
+
+
+def _none(reason: str) -> Extraction:
+    return Extraction(None, None, reason)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 1. The response
+
+
+def strip_end_tokens(text: str) -> str:
+    for tok in END_TOKENS:
+        if tok in text:
+            text = text.replace(tok, "")
+    return text
+
+
+def response_part(completion: str) -> tuple[str | None, str | None]:
+    """(response, None) or (None, reason): the part of the completion that counts (convention §1)."""
+    text = strip_end_tokens(completion)
+    cut = text.rfind(THINK_CLOSE)
+    if cut >= 0:
+        return text[cut + len(THINK_CLOSE):], None
+    if THINK_OPEN in text:
+        return None, "cut off during reasoning (<think> without </think>)"
+    return text, None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 2a. Boxes
+
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BOX_WRAPPER_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+
+
+def match_braces(text: str) -> dict[int, int]:
+    """Index of every ``{`` → index of its matching ``}`` (unclosed ones absent). Escaped ``\\{ \\}`` are text."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            stack.append(i)
+        elif c == "}" and stack:
+            pairs[stack.pop()] = i
+        i += 1
+    return pairs
+
+
+@dataclass(frozen=True)
+class Box:
+    start: int  # index of the backslash
+    end: int  # index just past the closing brace (== -1 when unclosed)
+    content: str
+
+
+def find_boxes(text: str) -> list[Box]:
+    """Every ``\\boxed{...}``/``\\fbox{...}`` in order; unclosed ones have ``end == -1``."""
+    if "box" not in text:
+        return []
+    pairs = match_braces(text)
+    boxes = []
+    for m in _BOX_RE.finditer(text):
+        brace = m.end() - 1
+        close = pairs.get(brace)
+        if close is None:
+            boxes.append(Box(m.start(), -1, ""))
+        else:
+            boxes.append(Box(m.start(), close + 1, text[brace + 1:close]))
+    return boxes
+
+
+def unwrap_boxes(content: str) -> str:
+    """``\\boxed{\\boxed{x}}`` means ``x``; box commands inside an answer are dropped, their contents kept."""
+    for _ in range(50):  # nesting depth is tiny in practice; the bound keeps a crafted input linear
+        m = _BOX_WRAPPER_RE.search(content)
+        if not m:
+            break
+        close = match_braces(content).get(m.end() - 1)
+        if close is None:
+            content = content[: m.start()] + content[m.end():]
+        else:
+            content = content[: m.start()] + content[m.end():close] + content[close + 1:]
+    return content.strip()
+
+
+# Between adjacent boxes of one multi-part answer: spaces, commas, "and", "or", $ (and inline-math delimiters,
+# \text{ and }, \quad) — never a newline or a sentence end.
+_BOX_GAP_RE = re.compile(
+    r"(?:[ \t,$]|\\[()]|\band\b|\bor\b|\\text\s*\{\s*(?:and|or|,)?\s*\}|\\q?quad\b|\\[,;: ])*"
+)
+
+
+def _from_boxes(response: str) -> Extraction | None:
+    boxes = find_boxes(response)
+    if not boxes:
+        return None
+    closed = [b for b in boxes if b.end >= 0]
+    # Top-level boxes only (a box inside another box is part of that answer).
+    top: list[Box] = []
+    for b in closed:
+        if top and b.start < top[-1].end:
+            continue
+        top.append(b)
+    last_closed_end = top[-1].end if top else -1
+    if any(b.end < 0 and b.start > last_closed_end for b in boxes):
+        # The output stops inside its (last) box: the answer was cut off, there is none.
+        return _none("cut off inside \\boxed{ (unbalanced braces)")
+    answers = [(b, unwrap_boxes(b.content)) for b in top]
+    answers = [(b, a) for b, a in answers if a]  # empty boxes (an echoed instruction) are ignored
+    if not answers:
+        return None
+    run = [answers[-1]]
+    for b, a in reversed(answers[:-1]):
+        gap = response[b.end:run[0][0].start]
+        if _BOX_GAP_RE.fullmatch(gap):
+            run.insert(0, (b, a))
+        else:
+            break
+    parts = tuple(a for _, a in run)
+    return Extraction(", ".join(parts), "boxed", parts=parts if len(parts) > 1 else ())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading a statement: "Tom earns $1,680 in 4 weeks." → 1,680 ; "12 × 35 × 4 = 1680" → 1680
+
+
+_MATH_SPAN_RE = re.compile(
+    r"\$\$(?P<dd>.+?)\$\$"
+    r"|\\\[(?P<br>.+?)\\\]"
+    r"|\\\((?P<pa>.+?)\\\)"
+    # Inline $...$ as pandoc reads it: no space after the opening $, none before the closing one, and the
+    # closing $ not followed by a digit — so "$5 and $10" is currency, "$x = 5$" is math.
+    r"|(?<![\\$])\$(?P<dl>[^\s$](?:[^$\n]*?[^\s\\$])?)\$(?!\d)",
+    re.S,
+)
+_BOLD_RE = re.compile(r"\*\*(?P<b>[^*\n]{1,80}?)\*\*|__(?P<u>[^_\n]{1,80}?)__")
+_NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+"
+_OP = r"[-+*/×÷xX·⋅]|\\times|\\cdot|\\div"
+# A plain-text arithmetic chain ending in "= result": "48+24 = 72", "12 × 35 × 4 = 1680", "$3 * 4 = $12".
+_CHAIN_RE = re.compile(
+    rf"(?:\$?(?:{_NUM})\s*(?:{_OP})\s*)+\$?(?:{_NUM})\s*(?:=\s*\$?(?:{_NUM})\s*(?:(?:{_OP})\s*\$?(?:{_NUM})\s*)*)*=\s*(?P<res>-?\$?(?:{_NUM})%?)"
+)
+_NUMBER_RE = re.compile(rf"(?P<neg>-\s?)?(?P<cur>\\?\$\s?)?(?P<n>{_NUM})(?P<pct>\s?(?:\\?%|percent\b))?")
+_WORDNUM_RE = re.compile(
+    r"\b(?:(?:minus|negative)\s+)?(?:" + "|".join(sorted(NUMBER_WORDS, key=len, reverse=True)) + r")"
+    r"(?:[\s-]+(?:and\s+)?(?:" + "|".join(sorted(NUMBER_WORDS, key=len, reverse=True)) + r"))*\b",
+    re.I,
+)
+# Words after which a number is context, not the result ("in 4 weeks", "after 3 days", "per 2 hours").
+_CONTEXT_WORDS = {"in", "after", "per", "within", "over", "every", "each", "for", "from", "by", "at", "on",
+                  "step", "steps", "day", "week", "month", "year", "part", "page", "of"}
+_RESULT_WORDS = {"is", "are", "was", "were", "be", "equals", "equal", "=", "makes", "make", "has", "have", "had",
+                 "gets", "get", "got", "earns", "earned", "pays", "paid", "costs", "cost", "spent", "spends",
+                 "needs", "need", "total", "totals", "sold", "sells", "left", "remaining", "answer", "result"}
+# A clause that restates the result in other units or words ("72 muffins, which is 6 dozen").
+_RESTATE_RE = re.compile(
+    r",\s*(?:which|i\.e\.|that\s+is|that's|or\s+about|or\s+approximately|equivalent|also|so\s+about)\b"
+    r"|\s\((?:i\.e\.|which|or|about|approximately|that\s+is|=)"
+    r"|\s(?:—|–|--)\s"
+    r"|;\s",
+    re.I,
+)
+_HEDGE_RE = re.compile(
+    r"^\s*(?:,\s*)?(?:or|and/or)\s+(?:maybe\s+|perhaps\s+|possibly\s+|probably\s+)?(?:\\?\$\s?)?-?\s?(?:\d|\\frac)",
+    re.I,
+)
+
+
+@dataclass
+class _Cand:
+    start: int
+    end: int
+    text: str
+    kind: str  # bold | math | chain | number | words
+    context: bool = False
+
+
+def _mask(text: str, spans: list[tuple[int, int]]) -> str:
+    """Blank out already-claimed spans so later patterns do not read inside them (keeps indices)."""
+    chars = list(text)
+    for a, b in spans:
+        for i in range(a, b):
+            chars[i] = " "
+    return "".join(chars)
+
+
+def _preceding_word(text: str, start: int) -> str:
+    m = re.search(r"([A-Za-z=]+)[^A-Za-z0-9=]*$", text[max(0, start - 40):start])
+    return m.group(1).lower() if m else ""
+
+
+def _math_value(latex: str) -> str:
+    """A math span's result: the right-hand side of a chain whose last side is a number, else the whole span."""
+    inner = latex.strip()
+    parts = re.split(r"(?<![<>!\\])=(?!=)", inner)
+    if len(parts) > 1:
+        rhs = parts[-1].strip()
+        if re.fullmatch(rf"-?\\?\$?\s?(?:{_NUM})(?:\s*\\?%)?(?:\s*\\text\{{[^{{}}]*\}})?", rhs) or (
+            # "x = 5": keep the assignment (the comparison understands it); chains of arithmetic → the result
+            len(parts) > 2 and rhs
+        ):
+            lhs = parts[0].strip()
+            if not re.fullmatch(r"[A-Za-z](?:_\{?\w+\}?)?", lhs):
+                return rhs
+    return inner
+
+
+def _candidates(stmt: str) -> list[_Cand]:
+    cands: list[_Cand] = []
+    claimed: list[tuple[int, int]] = []
+    for m in _BOLD_RE.finditer(stmt):
+        inner = m.group("b") or m.group("u") or ""
+        if re.search(r"\d", inner) or _WORDNUM_RE.search(inner):
+            cands.append(_Cand(m.start(), m.end(), inner, "bold"))
+            claimed.append((m.start(), m.end()))
+    masked = _mask(stmt, claimed)
+    for m in _MATH_SPAN_RE.finditer(masked):
+        inner = next(g for g in (m.group("dd"), m.group("br"), m.group("pa"), m.group("dl")) if g is not None)
+        if inner.strip():
+            cands.append(_Cand(m.start(), m.end(), inner, "math"))
+            claimed.append((m.start(), m.end()))
+    masked = _mask(stmt, claimed)
+    for m in _CHAIN_RE.finditer(masked):
+        cands.append(_Cand(m.start(), m.end(), m.group("res"), "chain"))
+        claimed.append((m.start(), m.end()))
+    masked = _mask(stmt, claimed)
+    for m in _NUMBER_RE.finditer(masked):
+        if m.start() > 0 and (masked[m.start() - 1].isalpha() or masked[m.start() - 1] == "_"):
+            continue  # part of an identifier (x2, step_3)
+        text = ("-" if m.group("neg") else "") + (m.group("cur") or "") + m.group("n") + (m.group("pct") or "")
+        cands.append(_Cand(m.start(), m.end(), text.strip(), "number"))
+        claimed.append((m.start(), m.end()))
+    if not cands:
+        masked = _mask(stmt, claimed)
+        for m in _WORDNUM_RE.finditer(masked):
+            value = words_to_number(m.group(0))
+            if value is not None and not re.fullmatch(r"(?i)one|a", m.group(0).strip()):
+                cands.append(_Cand(m.start(), m.end(), str(value), "words"))
+    for c in cands:
+        c.context = _preceding_word(stmt, c.start) in _CONTEXT_WORDS
+    cands.sort(key=lambda c: c.start)
+    return cands
+
+
+def _apply_sign_words(stmt: str, c: _Cand) -> str:
+    after = stmt[c.end:c.end + 60]
+    if re.match(r"\s*(?:[A-Za-z]+\s+){0,2}below\s+(?:sea\s+level|zero|freezing)\b", after, re.I):
+        if not c.text.startswith("-"):
+            return "-" + c.text
+    return c.text
+
+
+def read_statement(stmt: str, prefer: str) -> tuple[str | None, bool]:
+    """(value, hedge) read from one statement; ``prefer`` is ``first`` (after an answer phrase, in a tag) or
+    ``last`` (a concluding sentence). Restating clauses are cut first; bold, then math, then numbers that are
+    not context ("in 4 weeks") win."""
+    stmt = stmt.strip()
+    for ch in MINUS_SIGNS:
+        stmt = stmt.replace(ch, "-")
+    cands = _candidates(stmt)
+    if not cands:
+        return None, False
+    m = _RESTATE_RE.search(stmt, cands[0].end)
+    if m:
+        cut = m.start()
+        kept = [c for c in cands if c.end <= cut]
+        if kept:
+            cands = kept
+    for kinds in (("bold",), ("math",), ("chain", "number", "words")):
+        pool = [c for c in cands if c.kind in kinds]
+        if not pool:
+            continue
+        strong = [c for c in pool if not c.context] or pool
+        chosen = strong[0] if prefer == "first" else strong[-1]
+        if chosen.kind == "math":
+            value = _math_value(chosen.text)
+        elif chosen.kind == "bold":
+            value, _ = read_statement(chosen.text, prefer) if not re.fullmatch(r"\s*[-$\\\d.,%\s]+", chosen.text) else (chosen.text.strip(), False)
+            value = value or chosen.text.strip()
+        else:
+            value = _apply_sign_words(stmt, chosen)
+        hedge = bool(_HEDGE_RE.match(stmt[chosen.end:]))
+        return value, hedge
+    return None, False
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 2b–e. Answer tags, "####", answer phrases, the concluding sentence
+
+
+_ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
+_HASHES_RE = re.compile(r"(?m)^[ \t]*####(?!#)[ \t]*(\S[^\n]*?)[ \t]*$")
+_PHRASE_RE = re.compile(
+    r"(?:"
+    r"\b(?:the\s+)?final\s+answer\s*(?:is|would\s+be|will\s+be)?\s*:?"
+    r"|\bthe\s+(?:correct\s+)?answer\s+(?:to\s+[^.\n:]{1,60}?\s+)?(?:is|would\s+be|will\s+be)\s*:?"
+    r"|\banswer\s*:"
+    r"|\*\*\s*(?:final\s+)?answer\s*:?\s*\*\*\s*:?"
+    r"|^[ \t]*#{1,6}[ \t]*(?:final\s+)?answer\b[ \t]*:?"
+    r"|答案(?:是|为|：|:)"
+    r")",
+    re.I | re.M,
+)
+_FENCE_RE = re.compile(r"```.*?(?:```|\Z)", re.S)
+_SENTENCE_END_RE = re.compile(r"(?<!\d)[.!?。](?=\s|$)|(?<=\d)[.!?。](?=\s+[A-Z*]|\s*$)|\n\s*\n|\n(?=\s*[-*#]|\s*\d+[.)]\s)")
+_CLOSER_RE = re.compile(r"(?i)^\W*(?:i\s+hope\s+(?:this|that|it)|hope\s+(?:this|that)|let\s+me\s+know|good\s+luck|"
+                        r"have\s+a\s+(?:nice|great|good)|happy\s+to\s+help|feel\s+free)")
+_DANGLING_RE = re.compile(
+    r"(?:[-+*/=^×÷(\[{,:\\]|\\frac|\b(?:the|a|an|of|to|is|are|was|were|and|or|but|so|then|with|for|by|from|in|on|"
+    r"at|as|that|which|we|i|it|this|be|each|per|than|into|has|have|get|gets|equals|plus|minus|times|divided|"
+    r"multiplied|if|because|therefore|thus|hence|since|total|let's|let|compute|calculate))\s*$",
+    re.I,
+)
+
+
+def _statement_after(text: str, start: int) -> str:
+    """The statement that follows an answer phrase: the rest of its line, or the next non-empty line."""
+    rest = text[start:]
+    line, _, after = rest.partition("\n")
+    if line.strip(" \t*:#"):
+        return line
+    for nxt in after.split("\n"):
+        if nxt.strip(" \t*"):
+            return nxt
+    return ""
+
+
+def _truncated(response: str) -> bool:
+    """True when the response stops mid-sentence or mid-equation (convention §2e)."""
+    tail = response.rstrip().rstrip("*_ \t")
+    if not tail:
+        return True
+    if _DANGLING_RE.search(tail[-80:]):
+        return True
+    # Unclosed math or braces in the last paragraph: cut off mid-equation.
+    para = tail[tail.rfind("\n\n") + 1:]
+    if para.count("\\(") > para.count("\\)") or para.count("\\[") > para.count("\\]"):
+        return True
+    if para.count("$$") % 2 == 1:
+        return True
+    return para.count("{") > para.count("}")
+
+
+def _sentences(text: str) -> list[str]:
+    out, last = [], 0
+    for m in _SENTENCE_END_RE.finditer(text):
+        out.append(text[last:m.end()])
+        last = m.end()
+    out.append(text[last:])
+    return [s for s in out if s.strip(" \t\n*#>-")]
+
+
+def _from_conclusion(response: str) -> Extraction:
+    if not response.strip():
+        return _none("empty response")
+    if _truncated(response):
+        return _none("response stops mid-sentence or mid-equation (truncated)")
+    text = response
+    fence = None
+    for fence in _FENCE_RE.finditer(text):
+        pass
+    if fence is not None and not text[fence.end():].strip():
+        return _none("the response ends in a code block (code is not an answer)")
+    sentences = _sentences(_FENCE_RE.sub(" ", text))
+    while sentences and _CLOSER_RE.match(sentences[-1].strip()) and not re.search(r"\d", sentences[-1]):
+        sentences.pop()  # "I hope this helps!" closes, it does not conclude
+    if not sentences:
+        return _none("no concluding statement")
+    value, hedge = read_statement(sentences[-1], prefer="last")
+    if value is None:
+        return _none("the concluding sentence states no result")
+    return Extraction(value, "conclusion", hedge=hedge)
+
+
+def _read_tag_content(content: str) -> tuple[str | None, bool]:
+    """An ``<answer>`` tag's content, read with rules c–e: a bare value, ``#### X``, a phrase, a sentence."""
+    body = content.strip()
+    if not body:
+        return None, False
+    hashes = [m for m in _HASHES_RE.finditer(body) if _bare_value(m.group(1))]
+    if hashes:
+        return _bare_value(hashes[-1].group(1)), False
+    phrase = _from_phrase(body)
+    if phrase is not None and phrase.answer is not None:
+        return phrase.answer, phrase.hedge
+    value, hedge = read_statement(body, prefer="first")
+    if value is None and "\n" not in body and len(body) <= 200:
+        return body, False  # a bare expression the statement reader has no pattern for (e.g. "x^2+1")
+    return value, hedge
+
+
+def _bare_value(text: str) -> str | None:
+    """The value of a ``#### X`` line, or None when X is words (a markdown heading such as "#### Step 2")."""
+    text = text.strip()
+    if not re.match(r"[-+$\\(.\d]|" + "|".join(MINUS_SIGNS), text):
+        return None
+    value, _ = read_statement(text, prefer="first")
+    return value
+
+
+def _from_phrase(response: str) -> Extraction | None:
+    found = None
+    for found in _PHRASE_RE.finditer(response):
+        pass
+    if found is None:
+        return None
+    stmt = _statement_after(response, found.end())
+    code = re.match(r"\s*`([^`]+)`", stmt)
+    if code:  # "The answer is `print(72)`": a code span is read verbatim, the verifier rejects code
+        return Extraction(code.group(1).strip(), "phrase")
+    value, hedge = read_statement(stmt, prefer="first")
+    if value is None:
+        return None
+    return Extraction(value, "phrase", hedge=hedge)
+
+
+def extract_answer(completion: str) -> Extraction:
+    """The completion's final answer per ANSWER-CONVENTION.md §1–2 (first applicable rule wins)."""
+    response, why = response_part(completion)
+    if response is None:
+        return _none(why or "no response")
+    boxed = _from_boxes(response)
+    if boxed is not None:
+        return boxed
+    tags = [m for m in _ANSWER_TAG_RE.finditer(response) if m.group(1).strip()]
+    if tags:
+        value, hedge = _read_tag_content(tags[-1].group(1))
+        if value is not None:
+            return Extraction(value, "answer_tag", hedge=hedge)
+        return _none("the <answer> tag states no value")
+    # An unclosed <answer> (generation stopped before </answer>) is not a tag answer; its text is still read.
+    response = re.sub(r"(?i)</?answer>", " ", response)
+    hashes = [m for m in _HASHES_RE.finditer(response) if _bare_value(m.group(1))]
+    if hashes:
+        return Extraction(_bare_value(hashes[-1].group(1)), "hashes")
+    phrase = _from_phrase(response)
+    if phrase is not None:
+        return phrase
+    return _from_conclusion(response)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Code is not an answer (convention §3)
+
+_CODE_RE = re.compile(
+    r"(?<![\\\w])(?:print|eval|exec|open|__import__|import|lambda|len|sum|range|sorted|int|float|str|list|dict|"
+    r"set|tuple|abs|round|max|min|pow|map|filter|input|compile|getattr|globals|locals)\s*\("
+    r"|\bimport\s+\w|\blambda\b[^:]*:|\bdef\s+\w+\s*\(|\breturn\b|__\w+__"
+    r"|(?<![\\\w])[A-Za-z_]\w*\.[A-Za-z_]\w*\s*\("  # attribute call: math.sqrt(2), os.system(...)
+    r"|\w\s*\*\*\s*\w|(?<![:/])//"  # Python power and floor division
+    r"|\bfor\s+\w+\s+in\b|\bif\s+.+\belse\b|```"
+)
+
+
+def looks_like_code(answer: str) -> bool:
+    """True when an answer is (Python) code rather than a value. Code is never executed, only recognised."""
+    return bool(_CODE_RE.search(answer))

@@ -1,0 +1,386 @@
+"""The answer verifier: ANSWER-CONVENTION.md, for training rewards and evaluation alike.
+
+``verify(completion, ground_truth) -> Verdict`` reads the final answer (``extract.extract_answer``) and decides
+whether it equals the ground truth (convention §3):
+
+1. code, hedges and lists-against-a-single-value are settled by their shape;
+2. multiple-choice letters and numbers written in a base (``1011_2``) are compared as strings;
+3. plain numbers — GSM8K answers and most MATH/AIME ones — are compared exactly as rationals (``numbers``), no
+   sympy: the fast path;
+4. everything else goes to math-verify in a worker process with a deadline (``_sandbox``), with decimals made
+   exact so that a rounded decimal never equals an irrational value.
+
+It never raises for a completion or ground truth (any text), never executes model text, and works in any
+thread. A timeout or internal error is "not correct" with the reason in ``Verdict.reason``, logged and counted
+in ``stats()`` — a reward that stays at 0 because of a broken verifier shows up there, not as a quiet 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from fractions import Fraction
+
+from grpoflow.rewards import extract as _extract
+from grpoflow.rewards._sandbox import default_pool
+from grpoflow.rewards.numbers import Number, numbers_equal, parse_number, words_to_number
+
+__all__ = [
+    "Verdict",
+    "verify",
+    "is_correct",
+    "answers_equal",
+    "within_tolerance",
+    "format_ok",
+    "stats",
+    "reset_stats",
+]
+
+log = logging.getLogger("grpoflow.rewards")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    correct: bool
+    found: bool  # a final answer was found
+    extracted: str | None  # the final answer as read (None when not found)
+    source: str | None  # the convention rule that produced it: boxed | answer_tag | hashes | phrase | conclusion
+    reason: str | None  # why not correct ("wrong answer", "hedge", "code", "timeout: ...", "no answer: ...")
+    method: str | None = None  # how equality was decided: number | list | choice | base | math_verify | shape
+
+    @property
+    def error(self) -> bool:
+        """The verifier could not decide (timeout or internal error): counted separately from wrong answers."""
+        return bool(self.reason) and self.reason.startswith(("timeout", "error"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Counters (thread-safe), exposed as metrics
+
+_stats: Counter = Counter()
+_stats_lock = threading.Lock()
+
+
+def _count(key: str, n: int = 1) -> None:
+    with _stats_lock:
+        _stats[key] += n
+
+
+def stats() -> dict[str, int]:
+    """Counters since start (or ``reset_stats``): ``verified``, ``correct``, ``no_answer``, ``fast_path``,
+    ``math_verify``, ``timeouts``, ``errors``, ``guarded``, ``cache_hits`` and ``length_in_chars`` (rewards that
+    had to measure length in characters because the trainer gave no token counts)."""
+    with _stats_lock:
+        return dict(_stats)
+
+
+def reset_stats() -> None:
+    with _stats_lock:
+        _stats.clear()
+
+
+_warned = 0
+
+
+def _report(kind: str, detail: str, gold: str, pred: str) -> None:
+    """Log a timeout/error (the first 20 in full, then every 100th) and count it."""
+    global _warned
+    _count("timeouts" if kind == "timeout" else "errors")
+    _warned += 1
+    if _warned <= 20 or _warned % 100 == 0:
+        log.warning(
+            "grpoflow.rewards: %s comparing answer %r with ground truth %r (%s): scored as not correct "
+            "[%d so far; see grpoflow.rewards.stats()]", kind, pred[:120], gold[:120], detail, _warned,
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Ground-truth and answer shapes
+
+_CHOICE_RE = re.compile(
+    r"^\s*(?:\\text(?:bf|rm)?\s*\{\s*|\\mathrm\s*\{\s*|\\textbf\s*\{\s*)?\(?\s*([A-E])\s*\)?\s*\}?\s*(?:[.:)]|\\[ ,;]|\s|$)"
+)
+_GOLD_CHOICE_RE = re.compile(r"^\s*(?:\\text(?:bf|rm)?\s*\{\s*|\\mathrm\s*\{\s*)?\(?\s*([A-E])\s*\)?\s*\}?\s*$")
+_BASE_RE = re.compile(r"^\s*(?:\\text\s*\{)?([0-9A-Za-z]+)\}?\s*_\s*\{?\s*(\d{1,2})\s*\}?\s*$")
+_HEDGE_WORD_RE = re.compile(r"\\text\s*\{\s*or\s*\}|(?<![a-z])or(?![a-z])|\\lor\b|\\vee\b|\bmaybe\b|\beither\b", re.I)
+_LIST_SPLIT_RE = re.compile(r"\s*(?:,|;|\\text\s*\{\s*,?\s*and\s*\}|\band\b)\s*")
+_THOUSANDS_RE = re.compile(r"^\s*[-+]?\\?\$?\d{1,3}(?:,\d{3})+(?:\.\d+)?\s*$")
+_BRACKETS = "()[]\\{\\}"
+# Inputs that would make sympy compute for minutes or exhaust memory: towers of exponents, factorials of large
+# numbers, numbers with hundreds of digits. Checked on the answer only (a ground truth may legitimately be big).
+_PATHOLOGICAL_RE = re.compile(
+    r"\^\s*\{[^{}]*\^\s*\{[^{}]*\^"  # a^{b^{c^d}}
+    r"|\^\s*\{?\s*\d{4,}"  # 2^{12345}
+    r"|(?:\d{4,}|[})])\s*!"  # 100000!, (n)!
+    r"|\\(?:prod|sum)\b.{0,40}\\infty"
+    r"|\d{300,}"
+)
+MAX_ANSWER_CHARS = 1000
+
+
+def _clean_gold(gold: str) -> str:
+    g = str(gold).strip()
+    g = _extract.strip_end_tokens(g).strip()
+    if g.startswith("$") and g.endswith("$") and len(g) > 1:
+        g = g.strip("$").strip()
+    boxed = _extract.find_boxes(g)
+    if len(boxed) == 1 and boxed[0].end >= 0 and not g[: boxed[0].start].strip() and not g[boxed[0].end:].strip():
+        g = _extract.unwrap_boxes(boxed[0].content)
+    return g
+
+
+def _split_list(text: str) -> list[str] | None:
+    """Top-level comma/"and" separated items of an unbracketed list ("-3, 2"), or None for a single value.
+
+    A bracketed tuple/interval/set ("(3, -2)", "[1, 2)") is one value: order and brackets matter there."""
+    t = text.strip().strip("$").strip()
+    if not t or _THOUSANDS_RE.match(t):
+        return None
+    if t[0] in "([{" or t.startswith(("\\{", "\\left", "\\langle", "\\begin")):
+        # One bracketed object unless brackets close before the end (then it is a list of several objects).
+        depth = 0
+        for i, ch in enumerate(t):
+            if ch in "([{":
+                depth += 1
+            elif ch in ")]}":
+                depth -= 1
+                if depth == 0 and i < len(t) - 1:
+                    break
+        else:
+            return None
+    items, depth, start = [], 0, 0
+    i = 0
+    while i < len(t):
+        ch = t[i]
+        if ch == "\\" and t.startswith("\\{", i) or ch in "([{":
+            depth += 1
+        elif ch == "\\" and t.startswith("\\}", i) or ch in ")]}":
+            depth -= 1
+        elif depth == 0:
+            m = _LIST_SPLIT_RE.match(t, i)
+            if m and m.end() > i and (ch == "," or ch == ";" or t[i].isspace() or t[i] == "\\"):
+                if ch == "," and re.match(r",\d{3}(?!\d)", t[i:]) and re.search(r"(?<![\d.])\d{1,3}$", t[start:i]):
+                    i += 1  # a thousands separator inside a number of the list
+                    continue
+                items.append(t[start:i])
+                start = m.end()
+                i = m.end()
+                continue
+        i += 1
+    items.append(t[start:])
+    items = [x.strip() for x in items if x.strip()]
+    return items if len(items) > 1 else None
+
+
+def _number(text: str) -> Number | None:
+    """The answer as a plain number: the text itself, the right-hand side of an assignment or arithmetic chain
+    ("x = 5", "48 + 24 = 72"), or number words ("seventy-two")."""
+    n = parse_number(text)
+    if n is not None:
+        return n
+    if "=" in text and not re.search(r"[<>]|\\[lg]eq?\b|\\neq", text):
+        rhs = text.rsplit("=", 1)[1]
+        n = parse_number(rhs)
+        if n is not None:
+            return n
+    if re.search(r"[a-z]{3}", text, re.I) and not re.search(r"\d|\\", text):
+        value = words_to_number(text)
+        if value is not None:
+            return Number(Fraction(value))
+    return None
+
+
+def _choice(text: str) -> str | None:
+    m = _CHOICE_RE.match(text)
+    return m.group(1) if m else None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Equality of an answer and a ground truth
+
+_equal_cache: OrderedDict[tuple[str, str], tuple[bool, str, str | None]] = OrderedDict()
+_equal_lock = threading.Lock()
+_EQUAL_CACHE_SIZE = 65536
+
+
+def answers_equal(answer: str, ground_truth: str) -> tuple[bool, str, str | None]:
+    """(equal, method, reason-if-not-equal) for an extracted answer and a ground truth (convention §3)."""
+    gold = _clean_gold(ground_truth)
+    key = (answer, gold)
+    with _equal_lock:
+        hit = _equal_cache.get(key)
+        if hit is not None:
+            _equal_cache.move_to_end(key)
+    if hit is not None:
+        _count("cache_hits")
+        return hit
+    result = _answers_equal(answer.strip(), gold)
+    if not result[2] or not result[2].startswith(("timeout", "error")):  # only definitive results are cached
+        with _equal_lock:
+            _equal_cache[key] = result
+            if len(_equal_cache) > _EQUAL_CACHE_SIZE:
+                _equal_cache.popitem(last=False)
+    return result
+
+
+def _answers_equal(answer: str, gold: str) -> tuple[bool, str, str | None]:
+    if not gold:
+        return False, "shape", "error: empty ground truth"
+    if _extract.looks_like_code(answer):
+        return False, "shape", "code is not an answer"
+    if len(answer) > MAX_ANSWER_CHARS:
+        _count("guarded")
+        return False, "shape", f"answer longer than {MAX_ANSWER_CHARS} characters"
+    gold_hedges = bool(_HEDGE_WORD_RE.search(gold))
+    if not gold_hedges and _HEDGE_WORD_RE.search(answer):
+        return False, "shape", "hedge (the answer offers alternatives)"
+    # Multiple choice: the letter in any wrapper.
+    m = _GOLD_CHOICE_RE.match(gold)
+    if m:
+        letter = _choice(answer)
+        if letter is not None:
+            return (True, "choice", None) if letter == m.group(1) else (False, "choice", "wrong choice")
+    # A number written in a base: the digits as written ("1011" for 1011_2), not its decimal value.
+    m = _BASE_RE.match(gold)
+    if m and not _number(gold):
+        digits, base = m.group(1).upper(), m.group(2)
+        mm = _BASE_RE.match(answer)
+        pred = mm.group(1).upper() if mm and mm.group(2) == base else answer.strip().strip("$").upper()
+        pred = re.sub(r"^\\TEXT\s*\{(.*)\}$", r"\1", pred).strip()
+        return (True, "base", None) if pred.lstrip("0") == digits.lstrip("0") else (False, "base", "wrong answer")
+    # Lists ("all solutions") against single values and lists of plain numbers: settled without sympy.
+    a_items, g_items = _split_list(answer), _split_list(gold)
+    if a_items and not g_items and _number(gold) is not None:
+        if len(set(a_items)) == 1:
+            a_items = None  # "5 and 5" states one value twice
+        else:
+            return False, "list", "hedge (several answers for one value)"
+    if g_items and not a_items and _number(answer) is not None and all(_number(x) for x in g_items):
+        _count("fast_path")
+        return False, "list", "wrong answer (one value for a list)"
+    if a_items and g_items:
+        a_nums, g_nums = [_number(x) for x in a_items], [_number(x) for x in g_items]
+        if all(a_nums) and all(g_nums):
+            _count("fast_path")
+            same = sorted(n.value for n in a_nums) == sorted(n.value for n in g_nums)  # type: ignore[union-attr]
+            return (True, "list", None) if same else (False, "list", "wrong answer")
+    # Plain numbers: exact, no sympy.
+    gn = _number(gold)
+    an = _number(answer) if not a_items else None
+    if gn is not None and an is not None:
+        _count("fast_path")
+        return (True, "number", None) if numbers_equal(an, gn) else (False, "number", "wrong answer")
+    if gn is not None and an is None and _plainly_not_a_number(answer):
+        _count("fast_path")
+        return False, "number", "wrong answer (not a number)"
+    # Everything else: math-verify, sandboxed.
+    if _PATHOLOGICAL_RE.search(answer) and not _PATHOLOGICAL_RE.search(gold):
+        _count("guarded")
+        return False, "shape", "too expensive to evaluate (huge power, factorial or number): not correct"
+    _count("math_verify")
+    outcome = default_pool().compare(gold, _for_math_verify(answer))
+    if outcome.status != "ok":
+        _report(outcome.status, outcome.detail, gold, answer)
+        return False, "math_verify", f"{outcome.status}: {outcome.detail}"
+    return (True, "math_verify", None) if outcome.equal else (False, "math_verify", "wrong answer")
+
+
+def _plainly_not_a_number(answer: str) -> bool:
+    """Words without any digit or math (a name, "none") cannot equal a numeric ground truth."""
+    return not re.search(r"[\d\\^_{}()=+\-*/]", answer) and words_to_number(answer) is None
+
+
+def _for_math_verify(answer: str) -> str:
+    """List separators math-verify reads as a set ("2 and -3" → "2, -3")."""
+    return _LIST_SPLIT_RE.sub(", ", answer) if re.search(r"\band\b|\\text\s*\{\s*and", answer) else answer
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The public verifier
+
+_verdict_cache: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
+_VERDICT_CACHE_SIZE = 2048
+
+
+def verify(completion: str, ground_truth: str) -> Verdict:
+    """The completion's final answer and whether it is correct (ANSWER-CONVENTION.md). Never raises."""
+    completion = completion if isinstance(completion, str) else str(completion)
+    ground_truth = ground_truth if isinstance(ground_truth, str) else str(ground_truth)
+    key = (completion, ground_truth)
+    with _equal_lock:
+        hit = _verdict_cache.get(key)
+        if hit is not None:
+            _verdict_cache.move_to_end(key)
+    if hit is not None:
+        return hit
+    try:
+        verdict = _verify(completion, ground_truth)
+    except Exception as exc:  # noqa: BLE001 - a verifier bug must not kill a training run: count it, log it
+        _report("error", f"{type(exc).__name__}: {exc}", ground_truth, completion[-200:])
+        log.exception("grpoflow.rewards: internal verifier error")
+        verdict = Verdict(False, False, None, None, f"error: {type(exc).__name__}: {exc}")
+    _count("verified")
+    if verdict.correct:
+        _count("correct")
+    if not verdict.found:
+        _count("no_answer")
+    if not verdict.error:
+        with _equal_lock:
+            _verdict_cache[key] = verdict
+            if len(_verdict_cache) > _VERDICT_CACHE_SIZE:
+                _verdict_cache.popitem(last=False)
+    return verdict
+
+
+def _verify(completion: str, ground_truth: str) -> Verdict:
+    ext = _extract.extract_answer(completion)
+    if ext.answer is None:
+        return Verdict(False, False, None, None, f"no answer: {ext.reason}")
+    if ext.hedge and not _HEDGE_WORD_RE.search(ground_truth):
+        return Verdict(False, True, ext.answer, ext.source, "hedge (the answer offers alternatives)", "shape")
+    equal, method, reason = answers_equal(ext.answer, ground_truth)
+    return Verdict(equal, True, ext.answer, ext.source, reason, method)
+
+
+def is_correct(completion: str, ground_truth: str) -> bool:
+    return verify(completion, ground_truth).correct
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Evaluation helpers
+
+
+def within_tolerance(completion: str, ground_truth: str, rel_tol: float = 0.1) -> bool:
+    """"Partial accuracy" (the TPU recipe): the final answer is a number within ±``rel_tol`` of a numeric ground
+    truth (correct answers included). Non-numeric answers or ground truths are never partially correct."""
+    verdict = verify(completion, ground_truth)
+    if verdict.correct:
+        return True
+    if verdict.extracted is None:
+        return False
+    a, g = _number(verdict.extracted), _number(_clean_gold(ground_truth))
+    if a is None or g is None:
+        return False
+    return abs(a.value - g.value) <= abs(g.value) * Fraction(str(rel_tol))
+
+
+def format_ok(completion: str, *, style: str = "boxed", reasoning_tag: str = "think", answer_tag: str = "answer") -> bool:
+    """"Format accuracy": did the completion follow the answer format?
+
+    - ``style="boxed"`` (Qwen3 / MATH style): the reasoning block, if opened, is closed, and the final answer is
+      read from a ``\\boxed{}`` after it.
+    - ``style="tags"`` (the TPU recipe / open-r1 style): the response after any ``</think>`` is
+      ``<reasoning_tag>…</reasoning_tag>`` followed by ``<answer_tag>…</answer_tag>`` and nothing else (the
+      same pattern as the ``match_format_exactly`` reward)."""
+    if style == "boxed":
+        v = _extract.extract_answer(completion)
+        return v.source == "boxed"
+    if style == "tags":
+        from grpoflow.rewards.funcs import tag_format_match
+
+        response, _ = _extract.response_part(completion)
+        return response is not None and tag_format_match(response, reasoning_tag, answer_tag) is not None
+    raise ValueError(f"format_ok: unknown style {style!r} (boxed or tags)")
