@@ -14,7 +14,7 @@ Public API (see docs/rewards.md):
 """
 
 from grpoflow.rewards.combine import RewardSet, Scores, contiguous_groups, groups_of, znorm
-from grpoflow.rewards.extract import Extraction, extract_answer
+from grpoflow.rewards.extract import Extraction, extract_answer, extract_boxed_answer
 from grpoflow.rewards.funcs import Sample, kimi_length
 from grpoflow.rewards.registry import REGISTRY, Param, RewardSpec, check_reward_config, registry, resolve_params
 from grpoflow.rewards.verifier import (
@@ -36,6 +36,7 @@ __all__ = [
     "format_ok",
     "answers_equal",
     "extract_answer",
+    "extract_boxed_answer",
     "Extraction",
     "stats",
     "reset_stats",

@@ -13,9 +13,17 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from grpoflow.rewards.funcs import Sample, kimi_length
-from grpoflow.rewards.registry import RewardSpec, registry, resolve_params
+from grpoflow.rewards.registry import RewardSpec, check_reward_config, registry, resolve_params
 
-__all__ = ["RewardSet", "Scores", "kimi_length", "znorm", "groups_of", "contiguous_groups"]
+__all__ = ["RewardSet", "Scores", "kimi_length", "znorm", "groups_of", "contiguous_groups", "needs_group_terms"]
+
+
+def needs_group_terms(rewards_cfg: dict, where: str = "rewards") -> bool:
+    """True when the config has group-level terms: a reward that needs a whole prompt group (``length``) or
+    ``normalize: per_prompt``. Validates the config."""
+    check_reward_config(rewards_cfg, where)
+    reg = registry()
+    return rewards_cfg.get("normalize", "none") == "per_prompt" or any(reg[f].group for f in rewards_cfg["funcs"])
 
 
 def znorm(values: Sequence[float], eps: float) -> list[float]:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from grpoflow.rewards.numbers import MINUS_SIGNS, NUMBER_WORDS, words_to_number
 
-__all__ = ["Extraction", "extract_answer", "response_part", "find_boxes", "END_TOKENS", "looks_like_code"]
+__all__ = ["Extraction", "extract_answer", "extract_boxed_answer", "response_part", "find_boxes", "END_TOKENS",
+           "looks_like_code"]
 
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -158,6 +159,12 @@ def _from_boxes(response: str) -> Extraction | None:
             break
     parts = tuple(a for _, a in run)
     return Extraction(", ".join(parts), "boxed", parts=parts if len(parts) > 1 else ())
+
+
+def extract_boxed_answer(text: str) -> str | None:
+    """The final boxed answer of a text by rule a alone (e.g. a MATH worked solution → its answer key), or None."""
+    found = _from_boxes(strip_end_tokens(text))
+    return found.answer if found is not None else None
 
 
 # ---------------------------------------------------------------------------------------------------------------
