@@ -40,7 +40,9 @@ rule upload_to_hub:
     input:
         model="results/{experiment}/model",
         marker="results/{experiment}/training_complete.json",
-        evaluations=lambda wc: [f"results/{wc.experiment}/eval/{b}.json" for b in CFG.benchmarks()],
+        # The model card's metrics table; only when uploading, so that with upload off an evaluation-only change
+        # reruns evaluate + report and nothing else (switching upload on then reruns just this job).
+        evaluations=lambda wc: [f"results/{wc.experiment}/eval/{b}.json" for b in CFG.benchmarks()] if exp(wc)["upload"]["enabled"] else [],
     output:
         record="results/{experiment}/upload.json",
     params:

@@ -27,7 +27,8 @@ from pathlib import Path
 import yaml
 
 from grpoflow.errors import GrpoflowError
-from grpoflow.evaluation.generation import HUB_ID, first_line
+from grpoflow.discovery import HUB_ID
+from grpoflow.evaluation.generation import first_line
 from grpoflow.io import atomic_write_json, read_json, sha256_file
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ def _public_config(experiment_cfg: dict) -> dict:
 def _base_model(experiment_cfg: dict) -> str | None:
     """The SFT start as a Hub id (for the card's base_model), when it is one."""
     path = (experiment_cfg.get("sft") or {}).get("model")
-    return path if path and "/" in path and not os.path.exists(path) and HUB_ID.match(path) else None
+    return path if path and not os.path.exists(path) and HUB_ID.match(path) else None
 
 
 def model_card(experiment: str, experiment_cfg: dict, marker: dict, evaluations: list[dict], repo_id: str) -> str:

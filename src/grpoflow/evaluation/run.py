@@ -1,0 +1,126 @@
+"""The `evaluate` job: one model on one benchmark → results/{model}/eval/{benchmark}.json + .samples.jsonl.
+
+Metrics JSON (one object)::
+
+    model, benchmark, n_problems, samples_per_problem, n_completions,
+    metrics:          accuracy, accuracy_stderr, format_accuracy, partial_accuracy, no_answer_rate,
+                      truncation_rate, mean_response_tokens, median_response_tokens (+ pass@k, maj@k if k > 1)
+    answer_sources:   {extraction rule: completions} (boxed, answer tag, '####', phrase, last number, none)
+    model_source:     {name, kind, path, trust_remote_code, experiment}
+    benchmark_source: {name, kind, path, sha256, limit, dataset/split or prompt_key/answer_key/format}
+    prompt:           the benchmark's prompt override, or the dataset's prompt its Parquet was rendered with
+    answer_format:    what format accuracy checked (grpoflow.rewards.format_ok arguments)
+    generation:       {backend, preset, temperature, top_p, top_k, samples, greedy, max_new_tokens, seed,
+                       batch_size, chat_template_kwargs, stop_token_ids, device, dtype, ...}
+    timing:           {load_and_generate_s, generate_s, problems_per_s, completions_per_s, tokens_per_s}
+    provenance:       grpoflow.provenance (config hash of the evaluation inputs, package versions, git commit)
+
+Samples JSONL, one line per completion, in benchmark order::
+
+    index, id, sample, prompt (the rendered chat text), ground_truth, response, response_tokens,
+    finish_reason, truncated, extracted, found, source, correct, partial, format_ok, reason
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+
+from grpoflow.errors import DataError
+from grpoflow.evaluation.benchmarks import benchmark_data_path, benchmark_source, load_benchmark
+from grpoflow.evaluation.generation import encode_prompts, load_tokenizer, render_prompts, resolve_model, stop_token_ids
+from grpoflow.evaluation.metrics import aggregate, score_completion
+from grpoflow.evaluation.settings import generation_settings
+from grpoflow.io import atomic_write_json, atomic_write_jsonl
+from grpoflow.provenance import provenance
+
+log = logging.getLogger(__name__)
+
+BACKENDS = {"transformers": "grpoflow.evaluation.hf_backend", "vllm": "grpoflow.evaluation.vllm_backend"}
+
+
+def evaluate(
+    model_name: str,
+    model: dict,
+    benchmark_name: str,
+    benchmark: dict,
+    prompt: dict | None,
+    settings: dict,
+    inputs: dict,
+    metrics_path: str,
+    samples_path: str,
+    threads: int | None = None,
+) -> dict:
+    """Evaluate ``model`` (an entry of the resolved config's ``models``) on ``benchmark``; write both files."""
+    gen = generation_settings(settings)
+    backend_name = settings.get("backend", "transformers")
+    source = resolve_model(model_name, model, inputs)
+    data_path = benchmark_data_path(benchmark_name, benchmark, inputs)
+    problems = load_benchmark(benchmark_name, benchmark, data_path)
+    if not problems:
+        raise DataError(f"benchmark {benchmark_name} ({data_path}) has no problems")
+    log.info("evaluating %s (%s) on %s: %d problems, %s, backend %s", model_name, source.path, benchmark_name, len(problems), _describe(gen), backend_name)
+
+    t0 = time.perf_counter()
+    tokenizer = load_tokenizer(source)
+    template_kwargs = dict(settings.get("chat_template_kwargs") or {})
+    texts = render_prompts(tokenizer, [p.messages for p in problems], template_kwargs)
+    prompt_ids = encode_prompts(tokenizer, texts)
+    stops = stop_token_ids(tokenizer, source)
+    backend = importlib.import_module(BACKENDS[backend_name])
+    completions, info = backend.generate(source, tokenizer, prompt_ids, gen, stops, threads=threads, vllm_cfg=settings.get("vllm"))
+    total_s = time.perf_counter() - t0
+
+    answer_format = {**(settings.get("answer_format") or {}), **(benchmark.get("answer_format") or {})}
+    scored, records = [], []
+    for problem, text, outs in zip(problems, texts, completions):
+        per = []
+        for k, c in enumerate(outs):
+            s = {**score_completion(c, problem.ground_truth, answer_format), "response_tokens": c.n_tokens, "truncated": c.truncated}
+            per.append(s)
+            records.append({
+                "index": problem.index, "id": problem.id, "sample": k, "prompt": text,
+                "ground_truth": problem.ground_truth, "response": c.text, "response_tokens": c.n_tokens,
+                "finish_reason": c.finish_reason, "truncated": c.truncated, "extracted": s["extracted"],
+                "found": s["found"], "source": s["source"], "correct": s["correct"], "partial": s["partial"],
+                "format_ok": s["format_ok"], "reason": s["reason"],
+            })
+        scored.append(per)
+    summary = aggregate(scored)
+
+    gen_s = info.pop("generate_s")
+    n_tokens = sum(r["response_tokens"] for r in records)
+    result = {
+        "model": model_name,
+        "benchmark": benchmark_name,
+        **summary,
+        "model_source": source.as_dict(),
+        "benchmark_source": benchmark_source(benchmark_name, benchmark, data_path),
+        "prompt": prompt,
+        "answer_format": answer_format,
+        "generation": {"backend": backend_name, **gen.as_dict(), "chat_template_kwargs": template_kwargs, "stop_token_ids": stops, **info},
+        "timing": {
+            "load_and_generate_s": round(total_s, 3),
+            "generate_s": round(gen_s, 3),
+            "problems_per_s": round(len(problems) / gen_s, 3) if gen_s > 0 else None,
+            "completions_per_s": round(len(records) / gen_s, 3) if gen_s > 0 else None,
+            "tokens_per_s": round(n_tokens / gen_s, 1) if gen_s > 0 else None,
+        },
+        "provenance": provenance({"model": model, "benchmark": benchmark, "prompt": prompt, "settings": settings}),
+    }
+    atomic_write_jsonl(samples_path, records)
+    atomic_write_json(metrics_path, result)
+    m = summary["metrics"]
+    log.info(
+        "%s on %s: accuracy %.4f ± %.4f, format %.4f, partial %.4f, no answer %.4f, truncated %.4f, mean tokens %.1f (%.2f problems/s)",
+        model_name, benchmark_name, m["accuracy"], m["accuracy_stderr"], m["format_accuracy"], m["partial_accuracy"],
+        m["no_answer_rate"], m["truncation_rate"], m["mean_response_tokens"], result["timing"]["problems_per_s"] or 0.0,
+    )
+    return result
+
+
+def _describe(gen) -> str:
+    if gen.greedy:
+        return f"greedy, max_new_tokens {gen.max_new_tokens}"
+    return f"{gen.preset} sampling (T {gen.temperature}, top_p {gen.top_p}, top_k {gen.top_k}), k={gen.samples}, max_new_tokens {gen.max_new_tokens}"
