@@ -35,7 +35,7 @@ _PERCENT_RE = re.compile(r"\s*(?:\\%|%|\\text\{\s*\\?%\s*\}|\s(?:percent|per\s?c
 _TEXT_CMD_RE = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname|textrm)\s*\{([^{}]*)\}")
 # Unit words after a number: "muffins", "cm", "km/h", "square feet", "per hour", "hrs." (words of >= 2 letters,
 # so "5x" or "2i" are never read as a number with a unit).
-_UNIT_TAIL_RE = re.compile(r"(?:\s*(?:[A-Za-z][A-Za-z'’\-]+\.?|/\s*[A-Za-z]+|\^\{?\d\}?|²|³))+\s*$")
+_UNIT_TAIL_RE = re.compile(r"(?:\s*(?:[A-Za-z][A-Za-z'’\-]+\.?|/\s*[A-Za-z]+)(?:\^\{?\d\}?|²|³)?)+\s*$")
 _BELOW_RE = re.compile(r"\bbelow\s+(?:sea\s+level|zero|freezing)\b|\bunder\s+sea\s+level\b", re.I)
 _CURRENCY_RE = re.compile(r"\\\$|\$|€|£|¥|₹|\\euro\b|\\pounds\b|\bUSD\b|\bdollars?\b(?=\s*$)", re.I)
 

@@ -155,13 +155,23 @@ def _split_list(text: str) -> list[str] | None:
     i = 0
     while i < len(t):
         ch = t[i]
-        if ch == "\\" and t.startswith("\\{", i) or ch in "([{":
+        if ch == "\\":  # a command or escape (\{, \,, \text): never a list separator itself
+            depth += {"{": 1, "}": -1}.get(t[i + 1:i + 2], 0)
+            if t.startswith("\\text", i):
+                m = _LIST_SPLIT_RE.match(t, i)
+                if depth == 0 and m and m.end() > i:
+                    items.append(t[start:i])
+                    start = i = m.end()
+                    continue
+            i += 2
+            continue
+        if ch in "([{":
             depth += 1
-        elif ch == "\\" and t.startswith("\\}", i) or ch in ")]}":
+        elif ch in ")]}":
             depth -= 1
         elif depth == 0:
             m = _LIST_SPLIT_RE.match(t, i)
-            if m and m.end() > i and (ch == "," or ch == ";" or t[i].isspace() or t[i] == "\\"):
+            if m and m.end() > i and (ch in ",;" or ch.isspace()):
                 if ch == "," and re.match(r",\d{3}(?!\d)", t[i:]) and re.search(r"(?<![\d.])\d{1,3}$", t[start:i]):
                     i += 1  # a thousands separator inside a number of the list
                     continue

@@ -1,0 +1,245 @@
+"""ANSWER-CONVENTION.md, rule by rule, both outcomes each — plus the decisions taken where it is silent (D…).
+
+Each row: (id, completion, ground truth, expected correct, expected extracted answer or None when no answer is
+found, expected source rule). ``ANY`` skips the extracted/source check where only the verdict matters.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from grpoflow.rewards import verify
+
+ANY = object()
+B = "\\boxed"
+
+CASES = [
+    # ---- §1.1 only the text after the last </think> counts --------------------------------------------------
+    ("1.1 box in reasoning ignored", f"<think>so {B}{{5}}</think>The answer is {B}{{7}}.", "7", True, "7", "boxed"),
+    ("1.1 box in reasoning ignored (wrong)", f"<think>so {B}{{5}}</think>The answer is {B}{{7}}.", "5", False, "7", "boxed"),
+    ("1.1 phrase in reasoning ignored", "<think>the answer is 5</think>\nSo the total is 6.", "6", True, "6", "conclusion"),
+    ("1.1 answer tag in reasoning ignored", "<think><answer>5</answer></think> The answer is 9.", "5", False, "9", "phrase"),
+    ("1.1 last </think> wins", f"<think>a</think> draft {B}{{3}} </think> final {B}{{4}}", "4", True, "4", "boxed"),
+    ("1.1 last </think> wins (wrong)", f"<think>a</think> draft {B}{{3}} </think> final {B}{{4}}", "3", False, "4", "boxed"),
+    # ---- §1.2 <think> without </think>: cut off during reasoning, no answer -----------------------------------
+    ("1.2 unclosed think", f"<think>48/2 = 24, so the answer is {B}{{72}}", "72", False, None, None),
+    ("1.2 unclosed think, long", "<think>" + "let me think. " * 200 + "72", "72", False, None, None),
+    ("1.2 closed think", f"<think>48/2 = 24</think>\nThe answer is {B}{{72}}", "72", True, "72", "boxed"),
+    # ---- §1.3 no think tags: the whole completion; empty think block skipped ---------------------------------
+    ("1.3 no tags", f"48/2 = 24 and 48 + 24 = 72, so {B}{{72}}.", "72", True, "72", "boxed"),
+    ("1.3 no tags (wrong)", f"48/2 = 24 and 48 + 24 = 72, so {B}{{71}}.", "72", False, "71", "boxed"),
+    ("1.3 empty think block", f"<think>\n\n</think>\n\n{B}{{72}}", "72", True, "72", "boxed"),
+    ("1.3 empty think block (wrong)", f"<think>\n\n</think>\n\n{B}{{73}}", "72", False, "73", "boxed"),
+    ("1.3 </think> only (template opened it)", f"reasoning...</think>\n\n{B}{{72}}", "72", True, "72", "boxed"),
+    # ---- §1.4 chat-template end tokens ignored ---------------------------------------------------------------
+    ("1.4 im_end after box", f"{B}{{72}}<|im_end|>", "72", True, "72", "boxed"),
+    ("1.4 endoftext after hashes", "So she has 72.\n#### 72<|endoftext|>", "72", True, "72", "hashes"),
+    ("1.4 im_end after sentence", "So the total is 72.<|im_end|>", "72", True, "72", "conclusion"),
+    ("1.4 im_end, wrong value", "So the total is 71.<|im_end|>", "72", False, "71", "conclusion"),
+    # ---- §2a the last \boxed{...} ----------------------------------------------------------------------------
+    ("2a last box", f"First {B}{{3}}.\nThen {B}{{4}}.", "4", True, "4", "boxed"),
+    ("2a last box (first is not it)", f"First {B}{{3}}.\nThen {B}{{4}}.", "3", False, "4", "boxed"),
+    ("2a fbox", "\\fbox{72}", "72", True, "72", "boxed"),
+    ("2a boxed with a space", "\\boxed {72}", "72", True, "72", "boxed"),
+    ("2a unclosed box is no answer", f"so the answer is {B}{{72", "72", False, None, None),
+    ("2a stray closing braces", f"{B}{{72}}}}}} done", "72", True, "72", "boxed"),
+    ("2a nested boxes", f"{B}{{{B}{{72}}}}", "72", True, "72", "boxed"),
+    ("2a nested boxes (wrong)", f"{B}{{{B}{{71}}}}", "72", False, "71", "boxed"),
+    ("2a empty box ignored", f"Put the answer in {B}{{}}. The answer is 72.", "72", True, "72", "phrase"),
+    ("2a empty box ignored, earlier box used", f"{B}{{72}} (format: {B}{{ }})", "72", True, "72", "boxed"),
+    ("2a adjacent boxes are one answer", f"The solutions are ${B}{{-3}}$ and ${B}{{2}}$.", "-3, 2", True, "-3, 2", "boxed"),
+    ("2a adjacent boxes, order free", f"The solutions are ${B}{{2}}$ and ${B}{{-3}}$.", "-3, 2", True, "2, -3", "boxed"),
+    ("2a adjacent boxes: a hedge", f"{B}{{70}} {B}{{71}} {B}{{72}}", "72", False, "70, 71, 72", "boxed"),
+    ("2a adjacent boxes, comma", f"{B}{{1}}, {B}{{2}}", "1, 2", True, "1, 2", "boxed"),
+    ("2a adjacent boxes, or", f"{B}{{72}} or {B}{{73}}", "72", False, "72, 73", "boxed"),
+    ("2a boxes on separate lines not merged", f"{B}{{-3}}\n{B}{{2}}", "2", True, "2", "boxed"),
+    ("2a boxes on separate lines not merged (list)", f"{B}{{-3}}\n{B}{{2}}", "-3, 2", False, "2", "boxed"),
+    ("2a boxes in separate sentences", f"It is {B}{{3}}. Checking: {B}{{4}}", "4", True, "4", "boxed"),
+    ("2a box outranks later statements", f"...answer is ${B}{{A}}$. Wait... so the answer is (B)", "A", True, "A", "boxed"),
+    ("2a box outranks later statements (wrong)", f"...answer is ${B}{{A}}$. Wait... so the answer is (B)", "B", False, "A", "boxed"),
+    ("2a box outranks later hashes", f"{B}{{72}}\n#### 73", "72", True, "72", "boxed"),
+    # ---- §2b the last <answer>...</answer>, read with rules c-e ---------------------------------------------
+    ("2b bare value", "<answer>72</answer>", "72", True, "72", "answer_tag"),
+    ("2b bare value (wrong)", "<answer>73</answer>", "72", False, "73", "answer_tag"),
+    ("2b currency", "<answer>$1,680</answer>", "1680", True, "$1,680", "answer_tag"),
+    ("2b sentence", "<answer>Tom earns $1,680 in 4 weeks.</answer>", "1680", True, "$1,680", "answer_tag"),
+    ("2b sentence (wrong)", "<answer>Tom earns $1,680 in 4 weeks.</answer>", "4", False, "$1,680", "answer_tag"),
+    ("2b equation: the right-hand side", "<answer>12 × 35 × 4 = 1680</answer>", "1680", True, "1680", "answer_tag"),
+    ("2b equation (wrong)", "<answer>12 × 35 × 4 = 1680</answer>", "12", False, "1680", "answer_tag"),
+    ("2b last tag", "<answer>5</answer> no wait <answer>6</answer>", "6", True, "6", "answer_tag"),
+    ("2b last tag (wrong)", "<answer>5</answer> no wait <answer>6</answer>", "5", False, "6", "answer_tag"),
+    ("2b tag outranks hashes and phrases", "<answer>6</answer>\n#### 5\nThe answer is 5.", "6", True, "6", "answer_tag"),
+    ("2b box outranks tag", f"<answer>{B}{{6}}</answer>", "6", True, "6", "boxed"),
+    ("2b tag with hashes inside", "<answer>so\n#### 72</answer>", "72", True, "72", "answer_tag"),
+    ("2b tag with latex", "<answer>$\\frac{3}{4}$</answer>", "0.75", True, "\\frac{3}{4}", "answer_tag"),
+    ("2b tag with reasoning outside", "<reasoning>48/2=24</reasoning>\n<answer>72</answer>", "72", True, "72", "answer_tag"),
+    # ---- §2c the last #### X line ----------------------------------------------------------------------------
+    ("2c hashes", "48/2 = 24\n48 + 24 = 72\n#### 72", "72", True, "72", "hashes"),
+    ("2c hashes (wrong)", "48/2 = 24\n48 + 24 = 72\n#### 71", "72", False, "71", "hashes"),
+    ("2c last hashes line", "#### 5\nrecheck\n#### 6", "6", True, "6", "hashes"),
+    ("2c hashes with commas", "#### 1,680", "1680", True, "1,680", "hashes"),
+    ("2c hashes outrank phrases", "The answer is 5.\n#### 6", "6", True, "6", "hashes"),
+    ("2c hashes outrank phrases (wrong)", "The answer is 5.\n#### 6", "5", False, "6", "hashes"),
+    # ---- §2d the last explicit answer phrase -----------------------------------------------------------------
+    ("2d the answer is", "Adding up: the answer is 72.", "72", True, "72", "phrase"),
+    ("2d the final answer is", "The final answer is 72", "72", True, "72", "phrase"),
+    ("2d Answer:", "48 + 24\nAnswer: 72", "72", True, "72", "phrase"),
+    ("2d Answer: (wrong)", "48 + 24\nAnswer: 71", "72", False, "71", "phrase"),
+    ("2d bold Answer:", "**Answer:** 72 clips", "72", True, "72", "phrase"),
+    ("2d Final Answer:", "Final Answer: $72$", "72", True, "72", "phrase"),
+    ("2d markdown heading", "## Final Answer\n\n72", "72", True, "72", "phrase"),
+    ("2d markdown heading (latex)", "### Answer\n$\\frac{3}{4}$", "\\frac34", True, "\\frac{3}{4}", "phrase"),
+    ("2d Chinese", "答案是 72", "72", True, "72", "phrase"),
+    ("2d last phrase wins", "The answer is 5. Hmm, no: the answer is 6.", "6", True, "6", "phrase"),
+    ("2d last phrase wins (wrong)", "The answer is 5. Hmm, no: the answer is 6.", "5", False, "6", "phrase"),
+    ("2d phrase outranks the conclusion", "The answer is 6. In total 7 steps.", "6", True, "6", "phrase"),
+    ("2d restatement after the answer", "The answer is 72 muffins, which is 6 dozen.", "72", True, "72", "phrase"),
+    # ---- §2e the result of the concluding sentence of a complete response ------------------------------------
+    ("2e bold result", "So the total is **72** muffins.", "72", True, "72", "conclusion"),
+    ("2e bold result (wrong)", "So the total is **72** muffins.", "73", False, "72", "conclusion"),
+    ("2e math result", "Therefore $x = 5$.", "5", True, "x = 5", "conclusion"),
+    ("2e plain number", "Natalia sold 48+24 = 72 clips altogether in April and May.", "72", True, "72", "conclusion"),
+    ("2e other units do not replace it", "So the baker made 72 muffins, which is 6 dozen.", "72", True, "72", "conclusion"),
+    ("2e other units do not replace it (wrong)", "So the baker made 72 muffins, which is 6 dozen.", "6", False, "72", "conclusion"),
+    ("2e truncated mid-sentence", "So the total number of muffins is", "72", False, None, None),
+    ("2e truncated mid-equation", "So the total is 48 + 24 =", "72", False, None, None),
+    ("2e truncated inside math", "Therefore \\(x = \\frac{3", "72", False, None, None),
+    ("2e complete without a full stop", "So the total is 72", "72", True, "72", "conclusion"),
+    ("2e earlier sentences do not count", "She sold 72 clips. Then she went home.", "72", False, None, None),
+    ("2e no result", "I am not sure how to solve this.", "72", False, None, None),
+    # ---- §3 hedging is wrong ---------------------------------------------------------------------------------
+    ("3 hedge in a box", f"{B}{{72 \\text{{ or }} 73}}", "72", False, ANY, "boxed"),
+    ("3 hedge in a sentence", "So the answer is 72 or 73.", "72", False, "72", "phrase"),
+    ("3 every number", f"{B}{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}", "7", False, ANY, "boxed"),
+    ("3 list when the truth is that list", f"{B}{{1, 2, 3}}", "3, 2, 1", True, ANY, "boxed"),
+    ("3 or when the truth says or", f"{B}{{\\text{{yes or no}}}}", "\\text{yes or no}", True, ANY, "boxed"),
+    # ---- §3 code is not an answer (and is never executed: see test_safety) ----------------------------------
+    ("3 code in a box", f"{B}{{sum([48, 24])}}", "72", False, ANY, "boxed"),
+    ("3 code in a phrase", "The answer is `print(48 + 24)`", "72", False, ANY, "phrase"),
+    ("3 python power", f"{B}{{2**3}}", "8", False, ANY, "boxed"),
+    ("3 latex power is math", f"{B}{{2^3}}", "8", True, ANY, "boxed"),
+    ("3 latex max is math", f"{B}{{\\max(3, 5)}}", "5", True, ANY, "boxed"),
+    # ---- §3 number formatting does not matter ----------------------------------------------------------------
+    ("3 thousands comma", f"{B}{{1,680}}", "1680", True, "1,680", "boxed"),
+    ("3 thousands {,}", f"{B}{{1{{,}}680}}", "1680", True, ANY, "boxed"),
+    ("3 thousands \\,", f"{B}{{1\\,680}}", "1,680", True, ANY, "boxed"),
+    ("3 currency $", f"{B}{{\\$18}}", "18", True, ANY, "boxed"),
+    ("3 currency plain $", "<answer>$18</answer>", "18", True, ANY, "answer_tag"),
+    ("3 trailing .00", f"{B}{{18.00}}", "18", True, ANY, "boxed"),
+    ("3 trailing .0", "#### 18.0", "18", True, ANY, "hashes"),
+    ("3 wrong decimal", f"{B}{{18.5}}", "18", False, ANY, "boxed"),
+    ("3 leading zeros (AIME)", f"{B}{{072}}", "72", True, ANY, "boxed"),
+    ("3 unit word", f"{B}{{72 \\text{{ muffins}}}}", "72", True, ANY, "boxed"),
+    ("3 unit word plain", "<answer>72 muffins</answer>", "72", True, ANY, "answer_tag"),
+    ("3 degrees ^\\circ", f"{B}{{30^\\circ}}", "30", True, ANY, "boxed"),
+    ("3 degrees °", f"{B}{{30°}}", "30", True, ANY, "boxed"),
+    ("3 unicode minus", f"{B}{{−5}}", "-5", True, ANY, "boxed"),
+    ("3 sign matters", f"{B}{{5}}", "-5", False, ANY, "boxed"),
+    # ---- §3 percent ------------------------------------------------------------------------------------------
+    ("3 percent sign", f"{B}{{25\\%}}", "25", True, ANY, "boxed"),
+    ("3 percent word", "The answer is 25 percent.", "25", True, ANY, "phrase"),
+    ("3 fraction is not the percentage", f"{B}{{0.25}}", "25", False, ANY, "boxed"),
+    ("3 percent of the wrong number", f"{B}{{20\\%}}", "25", False, ANY, "boxed"),
+    # ---- §3 exact values -------------------------------------------------------------------------------------
+    ("3 terminating decimal = fraction", f"{B}{{0.5}}", "\\frac12", True, ANY, "boxed"),
+    ("3 2.25 = 9/4", f"{B}{{2.25}}", "\\dfrac94", True, ANY, "boxed"),
+    ("3 -3.5 = -7/2", f"{B}{{-3.5}}", "-\\frac72", True, ANY, "boxed"),
+    ("3 fraction = decimal truth", f"{B}{{\\frac{{3}}{{4}}}}", "0.75", True, ANY, "boxed"),
+    ("3 rounded irrational", f"{B}{{0.866}}", "\\frac{\\sqrt3}{2}", False, ANY, "boxed"),
+    ("3 rounded irrational, 6 digits", f"{B}{{0.866025}}", "\\frac{\\sqrt3}{2}", False, ANY, "boxed"),
+    ("3 rounded 1/6", f"{B}{{0.1667}}", "\\frac16", False, ANY, "boxed"),
+    ("3 rounded 4pi", f"{B}{{12.57}}", "4\\pi", False, ANY, "boxed"),
+    ("3 exact with approx", f"{B}{{\\frac{{1}}{{6}} \\approx 0.167}}", "\\frac16", True, ANY, "boxed"),
+    # ---- §3 unsimplified / equivalent forms ------------------------------------------------------------------
+    ("3 sqrt8 = 2sqrt2", f"{B}{{\\sqrt8}}", "2\\sqrt2", True, ANY, "boxed"),
+    ("3 sqrt8 != 3sqrt2", f"{B}{{\\sqrt8}}", "3\\sqrt2", False, ANY, "boxed"),
+    ("3 2/4 = 1/2", f"{B}{{\\frac{{2}}{{4}}}}", "\\frac12", True, ANY, "boxed"),
+    ("3 rationalised", f"{B}{{\\frac{{3}}{{2\\sqrt3}}}}", "\\frac{\\sqrt3}{2}", True, ANY, "boxed"),
+    ("3 24/4 = 6", f"{B}{{\\frac{{24}}{{4}}}}", "6", True, ANY, "boxed"),
+    ("3 expanded polynomial", f"{B}{{(x+1)^2}}", "x^2+2x+1", True, ANY, "boxed"),
+    ("3 different polynomial", f"{B}{{(x+1)^2}}", "x^2+x+1", False, ANY, "boxed"),
+    ("3 complex order", f"{B}{{2i+1}}", "1+2i", True, ANY, "boxed"),
+    ("3 pi/3", f"{B}{{\\frac13\\pi}}", "\\frac\\pi3", True, ANY, "boxed"),
+    ("3 pi/3 != pi/6", f"{B}{{\\frac16\\pi}}", "\\frac\\pi3", False, ANY, "boxed"),
+    # ---- §3 mixed numbers ------------------------------------------------------------------------------------
+    ("3 mixed number", f"{B}{{1\\frac12}}", "\\frac32", True, ANY, "boxed"),
+    ("3 mixed number is not a product", f"{B}{{1\\frac12}}", "\\frac12", False, ANY, "boxed"),
+    ("3 mixed number vs decimal", f"{B}{{2\\frac{{1}}{{4}}}}", "2.25", True, ANY, "boxed"),
+    # ---- §3 order and brackets -------------------------------------------------------------------------------
+    ("3 tuple order matters", f"{B}{{(3,-2)}}", "(3,-2)", True, ANY, "boxed"),
+    ("3 tuple order matters (wrong)", f"{B}{{(-2,3)}}", "(3,-2)", False, ANY, "boxed"),
+    ("3 tuple signs matter", f"{B}{{(3,2)}}", "(3,-2)", False, ANY, "boxed"),
+    ("3 interval ends matter", f"{B}{{[1,2]}}", "[1,2)", False, ANY, "boxed"),
+    ("3 interval ends (right)", f"{B}{{[1,2)}}", "[1,2)", True, ANY, "boxed"),
+    ("3 union order free", f"{B}{{[1,2)\\cup(3,4]}}", "(3,4]\\cup[1,2)", True, ANY, "boxed"),
+    ("3 solutions order free", f"{B}{{2, -3}}", "-3, 2", True, ANY, "boxed"),
+    ("3 missing solution", f"{B}{{2}}", "-3, 2", False, ANY, "boxed"),
+    ("3 extra solution", f"{B}{{2, -3, 4}}", "-3, 2", False, ANY, "boxed"),
+    ("3 inequality = interval", f"{B}{{x < 2}}", "(-\\infty, 2)", True, ANY, "boxed"),
+    ("3 inequality != interval", f"{B}{{x \\le 2}}", "(-\\infty, 2)", False, ANY, "boxed"),
+    ("3 assignments = point", f"{B}{{x = 3, y = -2}}", "(3, -2)", True, ANY, "boxed"),
+    ("3 assignments != point", f"{B}{{x = -2, y = 3}}", "(3, -2)", False, ANY, "boxed"),
+    # ---- §3 x = 5 equals 5; equations --------------------------------------------------------------------------
+    ("3 x = 5", f"{B}{{x = 5}}", "5", True, ANY, "boxed"),
+    ("3 x = 4", f"{B}{{x = 4}}", "5", False, ANY, "boxed"),
+    ("3 same line", f"{B}{{y = 5 - 2x}}", "y = -2x + 5", True, ANY, "boxed"),
+    ("3 other line", f"{B}{{y = 5 + 2x}}", "y = -2x + 5", False, ANY, "boxed"),
+    # ---- §3 multiple choice ----------------------------------------------------------------------------------
+    ("3 choice letter", f"{B}{{B}}", "B", True, ANY, "boxed"),
+    ("3 choice (B)", f"{B}{{(B)}}", "B", True, ANY, "boxed"),
+    ("3 choice \\text{(B)}", f"{B}{{\\text{{(B)}}}}", "B", True, ANY, "boxed"),
+    ("3 choice \\textbf{(B)}\\ 23", f"{B}{{\\textbf{{(B)}}\\ 23}}", "B", True, ANY, "boxed"),
+    ("3 choice truth in parentheses", f"{B}{{B}}", "(B)", True, ANY, "boxed"),
+    ("3 wrong choice", f"{B}{{\\textbf{{(C)}}\\ 23}}", "B", False, ANY, "boxed"),
+    # ---- §3 bases --------------------------------------------------------------------------------------------
+    ("3 base digits", f"{B}{{1011}}", "1011_2", True, ANY, "boxed"),
+    ("3 base with subscript", f"{B}{{1011_2}}", "1011_2", True, ANY, "boxed"),
+    ("3 base decimal value is wrong", f"{B}{{11}}", "1011_2", False, ANY, "boxed"),
+    # ---- §3 answers in words ---------------------------------------------------------------------------------
+    ("3 sign in words", "The submarine ends up 105 meters below sea level.", "-105", True, "-105", "conclusion"),
+    ("3 sign in words (wrong truth)", "The submarine ends up 105 meters below sea level.", "105", False, "-105", "conclusion"),
+    ("3 number in words", "The answer is seventy-two.", "72", True, "72", "phrase"),
+    ("3 number in words (wrong)", "The answer is seventy-three.", "72", False, "73", "phrase"),
+    # ---- Decisions where the convention is silent ------------------------------------------------------------
+    ("D1 cut off inside a later box: no answer", f"so {B}{{5}}. Wait, recheck: {B}{{7", "5", False, None, None),
+    ("D1 unclosed box before a closed one", f"{B}{{3 oops {B}{{5}}", "5", True, "5", "boxed"),
+    ("D2 unclosed answer tag: its text is read", "<answer>72", "72", True, "72", "conclusion"),
+    ("D2 unclosed answer tag, truncated sentence", "<answer>Tom earns $1,680 in", "1680", False, None, None),
+    ("D3 #### heading is not an answer line", "#### Step 2: add\nSo she has 18 apples.", "18", True, "18", "conclusion"),
+    ("D3 #### heading, wrong value", "#### Step 2: add\nSo she has 18 apples.", "2", False, "18", "conclusion"),
+    ("D4 closing pleasantry skipped", "So the total is 72. I hope this helps!", "72", True, "72", "conclusion"),
+    ("D4 closing pleasantry skipped (wrong)", "So the total is 71. I hope this helps!", "72", False, "71", "conclusion"),
+    ("D5 25% equals 0.25", f"{B}{{25\\%}}", "0.25", True, ANY, "boxed"),
+    ("D5 25 does not equal 0.25", f"{B}{{25}}", "0.25", False, ANY, "boxed"),
+    ("D6 the same value boxed twice", f"{B}{{5}} and {B}{{5}}", "5", True, "5, 5", "boxed"),
+    ("D7 ends in a code block", "Let me compute:\n```python\nprint(48 + 24)\n```", "72", False, None, None),
+    ("D8 context numbers are not the result", "In 4 weeks, Tom earns $1,680.", "1680", True, "$1,680", "conclusion"),
+    ("D8 context numbers (wrong)", "Tom has 5 apples left after 3 days.", "3", False, "5", "conclusion"),
+    ("D9 thousands comma vs list", f"{B}{{1, 680}}", "1680", False, ANY, "boxed"),
+    ("D10 empty truth is never matched", f"{B}{{}}", "", False, None, None),
+]
+
+
+@pytest.mark.parametrize("cid,completion,truth,correct,extracted,source", CASES, ids=[c[0] for c in CASES])
+def test_convention(cid, completion, truth, correct, extracted, source):
+    v = verify(completion, truth)
+    assert v.correct is correct, f"{cid}: {v}"
+    if extracted is None:
+        assert not v.found and v.extracted is None, f"{cid}: expected no answer, got {v}"
+        assert v.reason and v.reason.startswith("no answer"), v
+    elif extracted is not ANY:
+        assert v.found and v.extracted == extracted, f"{cid}: {v}"
+    if source is not ANY and extracted is not None:
+        assert v.source == source, f"{cid}: {v}"
+    if not correct:
+        assert v.reason, f"{cid}: a wrong verdict must say why: {v}"
+    else:
+        assert v.reason is None
+
+
+def test_every_rule_has_both_outcomes():
+    rules: dict[str, set] = {}
+    for cid, *_rest, correct, _e, _s in [(c[0], c[3], c[4], c[5]) for c in CASES]:
+        rules.setdefault(cid.split()[0], set()).add(correct)
+    one_sided = [r for r, outcomes in rules.items() if outcomes != {True, False} and not r.startswith(("D", "1.2"))]
+    assert not one_sided, f"rules with only one outcome tested: {one_sided}"
