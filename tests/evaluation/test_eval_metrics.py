@@ -99,4 +99,4 @@ def test_scoring_uses_the_project_verifier():
     cut = _verdict("<think>\nLet me add 12 and 35, which gives \\boxed{47", "47")
     assert not cut["found"] and not cut["correct"] and cut["extracted"] is None and cut["reason"]
     tags = _verdict("<think>\nadd\n</think>\n<answer>47</answer>", "47", style="tags", reasoning_tag="think", answer_tag="answer")
-    assert tags["correct"] and tags["source"] == "answer_tag"
+    assert tags["correct"] and tags["source"] == "answer_tag" and tags["format_ok"]
