@@ -297,11 +297,28 @@ def _apply_sign_words(stmt: str, c: _Cand) -> str:
     return c.text
 
 
+MAX_STATEMENT_CHARS = 400
+
+
+def _bounded(stmt: str, prefer: str) -> str:
+    """A statement's relevant end, at most MAX_STATEMENT_CHARS (cut at a space): a result sits near the start of
+    what follows an answer phrase and near the end of a concluding sentence. Keeps every pattern linear."""
+    if len(stmt) <= MAX_STATEMENT_CHARS:
+        return stmt
+    if prefer == "first":
+        head = stmt[:MAX_STATEMENT_CHARS]
+        cut = head.rfind(" ")
+        return head[:cut] if cut > 0 else head
+    tail = stmt[-MAX_STATEMENT_CHARS:]
+    cut = tail.find(" ")
+    return tail[cut + 1:] if cut >= 0 else tail
+
+
 def read_statement(stmt: str, prefer: str) -> tuple[str | None, bool]:
     """(value, hedge) read from one statement; ``prefer`` is ``first`` (after an answer phrase, in a tag) or
     ``last`` (a concluding sentence). Restating clauses are cut first; bold, then math, then numbers that are
     not context ("in 4 weeks") win."""
-    stmt = stmt.strip()
+    stmt = _bounded(stmt.strip(), prefer)
     for ch in MINUS_SIGNS:
         stmt = stmt.replace(ch, "-")
     cands = _candidates(stmt)
@@ -335,7 +352,6 @@ def read_statement(stmt: str, prefer: str) -> tuple[str | None, bool]:
 # 2b–e. Answer tags, "####", answer phrases, the concluding sentence
 
 
-_ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
 _HASHES_RE = re.compile(r"(?m)^[ \t]*####(?!#)[ \t]*(\S[^\n]*?)[ \t]*$")
 _PHRASE_RE = re.compile(
     r"(?:"
@@ -419,6 +435,20 @@ def _from_conclusion(response: str) -> Extraction:
     return Extraction(value, "conclusion", hedge=hedge)
 
 
+def _last_answer_tag(response: str) -> str | None:
+    """The content of the last non-empty ``<answer>…</answer>`` (linear scans from the end)."""
+    close = response.rfind("</answer>")
+    while close >= 0:
+        start = response.rfind("<answer>", 0, close)
+        if start < 0:
+            return None
+        content = response[start + len("<answer>"):close]
+        if content.strip():
+            return content
+        close = response.rfind("</answer>", 0, start)
+    return None
+
+
 def _read_tag_content(content: str) -> tuple[str | None, bool]:
     """An ``<answer>`` tag's content, read with rules c–e: a bare value, ``#### X``, a phrase, a sentence."""
     body = content.strip()
@@ -469,14 +499,14 @@ def extract_answer(completion: str) -> Extraction:
     boxed = _from_boxes(response)
     if boxed is not None:
         return boxed
-    tags = [m for m in _ANSWER_TAG_RE.finditer(response) if m.group(1).strip()]
-    if tags:
-        value, hedge = _read_tag_content(tags[-1].group(1))
+    content = _last_answer_tag(response)
+    if content is not None:
+        value, hedge = _read_tag_content(content)
         if value is not None:
             return Extraction(value, "answer_tag", hedge=hedge)
         return _none("the <answer> tag states no value")
     # An unclosed <answer> (generation stopped before </answer>) is not a tag answer; its text is still read.
-    response = re.sub(r"(?i)</?answer>", " ", response)
+    response = response.replace("<answer>", " ").replace("</answer>", " ")
     hashes = [m for m in _HASHES_RE.finditer(response) if _bare_value(m.group(1))]
     if hashes:
         return Extraction(_bare_value(hashes[-1].group(1)), "hashes")

@@ -27,7 +27,7 @@ from grpoflow.rewards.numbers import parse_number
 from grpoflow.rewards.registry import Param, at_least_one, cross_check, non_positive, positive, register
 from grpoflow.rewards.verifier import Verdict, _count, verify
 
-__all__ = ["Sample", "tag_format_match", "kimi_length"]
+__all__ = ["Sample", "tag_format_match", "tag_format_text", "kimi_length"]
 
 log = logging.getLogger("grpoflow.rewards")
 
@@ -257,22 +257,26 @@ def tag_format_match(text: str, reasoning_tag: str = "reasoning", answer_tag: st
     return _tpu_format_re(reasoning_tag, answer_tag).search(text)
 
 
-def _tpu_response(s: Sample) -> str:
-    # The recipe's format is read on the response (after any </think>); a cut-off reasoning block has none.
-    response, _ = _extract.response_part(s.completion)
+def tag_format_text(completion: str, reasoning_tag: str) -> str:
+    """The text the tag-format rewards read: the response after any ``</think>`` (a thinking model may reason
+    first, then answer in the recipe's format; a cut-off reasoning block leaves nothing), or — when the format's
+    own reasoning tag is ``think`` — the whole completion."""
+    if reasoning_tag == "think":
+        return _extract.strip_end_tokens(completion)
+    response, _ = _extract.response_part(completion)
     return response or ""
 
 
 @register("match_format_exactly", params=dict(_TPU_TAGS))
 def match_format_exactly(s: Sample, reasoning_tag: str, answer_tag: str) -> float:
     """+3.0 when the response is exactly ``<reasoning>…</reasoning>…<answer>…</answer>``, else 0."""
-    return 3.0 if tag_format_match(_tpu_response(s), reasoning_tag, answer_tag) else 0.0
+    return 3.0 if tag_format_match(tag_format_text(s.completion, reasoning_tag), reasoning_tag, answer_tag) else 0.0
 
 
 @register("match_format_approximately", params=dict(_TPU_TAGS))
 def match_format_approximately(s: Sample, reasoning_tag: str, answer_tag: str) -> float:
     """+0.5 for each of the four tags that appears exactly once, −0.5 for each that does not (range −2…+2)."""
-    text = _tpu_response(s)
+    text = tag_format_text(s.completion, reasoning_tag)
     return sum(0.5 if text.count(t) == 1 else -0.5 for t in (*_tag(reasoning_tag), *_tag(answer_tag)))
 
 
@@ -296,7 +300,7 @@ def check_answer(s: Sample, reasoning_tag: str, answer_tag: str) -> float:
     +3.0 identical to the ground truth, +1.5 identical up to surrounding whitespace, otherwise by the ratio
     answer/truth: +0.5 within ±10 %, +0.25 within ±20 %, −1.0 further off, −0.5 not a number; 0 when the
     format does not match. Numbers are read exactly (``$1,680`` is 1680)."""
-    m = tag_format_match(_tpu_response(s), reasoning_tag, answer_tag)
+    m = tag_format_match(tag_format_text(s.completion, reasoning_tag), reasoning_tag, answer_tag)
     if m is None:
         return 0.0
     guess, truth = m.group(1), str(s.ground_truth)
@@ -313,7 +317,7 @@ _FIRST_NUMBER_RE = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|-?\.\d+")
 @register("check_numbers", params=dict(_TPU_TAGS))
 def check_numbers(s: Sample, reasoning_tag: str, answer_tag: str) -> float:
     """+1.5 when the first number after ``<answer>`` equals the ground truth (exactly, as numbers), else 0."""
-    text = _tpu_response(s)
+    text = tag_format_text(s.completion, reasoning_tag)
     ao, ac = _tag(answer_tag)
     start = text.find(ao)
     if start < 0:

@@ -239,11 +239,11 @@ def answers_equal(answer: str, ground_truth: str) -> tuple[bool, str, str | None
 def _answers_equal(answer: str, gold: str) -> tuple[bool, str, str | None]:
     if not gold:
         return False, "shape", "error: empty ground truth"
-    if _extract.looks_like_code(answer):
-        return False, "shape", "code is not an answer"
     if len(answer) > MAX_ANSWER_CHARS:
         _count("guarded")
         return False, "shape", f"answer longer than {MAX_ANSWER_CHARS} characters"
+    if _extract.looks_like_code(answer):
+        return False, "shape", "code is not an answer"
     gold_hedges = bool(_HEDGE_WORD_RE.search(gold))
     if not gold_hedges and _HEDGE_WORD_RE.search(answer):
         return False, "shape", "hedge (the answer offers alternatives)"
@@ -382,15 +382,14 @@ def format_ok(completion: str, *, style: str = "boxed", reasoning_tag: str = "th
 
     - ``style="boxed"`` (Qwen3 / MATH style): the reasoning block, if opened, is closed, and the final answer is
       read from a ``\\boxed{}`` after it.
-    - ``style="tags"`` (the TPU recipe / open-r1 style): the response after any ``</think>`` is
-      ``<reasoning_tag>…</reasoning_tag>`` followed by ``<answer_tag>…</answer_tag>`` and nothing else (the
-      same pattern as the ``match_format_exactly`` reward)."""
+    - ``style="tags"`` (the TPU recipe / open-r1 style): ``<reasoning_tag>…</reasoning_tag>`` followed by
+      ``<answer_tag>…</answer_tag>`` and nothing else (the ``match_format_exactly`` pattern), read on the
+      response after any ``</think>`` — or on the whole completion when ``reasoning_tag`` is ``think``."""
     if style == "boxed":
         v = _extract.extract_answer(completion)
         return v.source == "boxed"
     if style == "tags":
-        from grpoflow.rewards.funcs import tag_format_match
+        from grpoflow.rewards.funcs import tag_format_match, tag_format_text
 
-        response, _ = _extract.response_part(completion)
-        return response is not None and tag_format_match(response, reasoning_tag, answer_tag) is not None
+        return tag_format_match(tag_format_text(completion, reasoning_tag), reasoning_tag, answer_tag) is not None
     raise ValueError(f"format_ok: unknown style {style!r} (boxed or tags)")
