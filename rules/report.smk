@@ -20,7 +20,7 @@ rule report:
             directory("results/report/plots"),
             patterns=["{name}.png"],
             caption="../workflow/report/plots.rst",
-            category="Training curves",
+            category="Plots",
         ),
     params:
         experiments=lambda wc: {e: report_experiment_summary(e) for e in CFG.experiments},

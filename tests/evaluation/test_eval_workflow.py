@@ -89,6 +89,7 @@ def test_evaluate_and_report_without_training(tmp_path, tiny_model):
     snakemake(["--report", "report.html", "--configfile", cfg], wd)
     html = (wd / "report.html").read_text()
     assert "summary.csv" in html and "eval_accuracy.png" in html and "accuracy with the project" in html
+    assert "evaluation accuracy of every model on every benchmark" in html  # the per-plot caption
 
     # Only an evaluation setting changes: evaluate + report rerun, nothing else.
     assert _dry(wd, cfg) == {}
