@@ -116,7 +116,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     components = rset.sample_components(sample)
     score = rset.sample_total(components)
     verdict = sample.verdict
-    if not math.isfinite(score):  # a weight or parameter overflowing: never hand verl a NaN
+    if not math.isfinite(score) or abs(score) > 1e30:  # weights overflowing float32: never hand verl inf/NaN
         raise ConfigError(f"config error: reward_kwargs produce a non-finite score {score} ({components}): check weights and params")
     if rset.group_funcs:
         score = tag_score(score, verdict.correct)
