@@ -25,3 +25,11 @@ rule evaluate:
         evaluation_env
     script:
         "../workflow/scripts/evaluate.py"
+
+
+# `snakemake baselines`: evaluate the SFT starting points and the external models on every benchmark, with no
+# training at all (e.g. before launching a grid, or to add a reference model to an existing report).
+rule baselines:
+    input:
+        [f"results/{m}/eval/{b}.json" for m, e in sorted(CFG.models.items()) if e["kind"] != "grpo" for b in CFG.benchmarks()],
+    localrule: True

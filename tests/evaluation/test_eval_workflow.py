@@ -123,6 +123,8 @@ def test_changing_only_evaluation_settings_reruns_only_evaluate_and_report(tmp_p
     config = _pipeline_config(tiny_model)
     cfg = _write(wd / "pipeline.yaml", config)
     snakemake(["-c1", "results/data/mini/test.parquet", "results/data/mini/train.parquet", "results/e1/sft.json", "--configfile", cfg], wd)
+    # `snakemake baselines`: the SFT start is evaluated with no training job in the DAG.
+    assert job_counts(snakemake(["-n", "baselines", "--configfile", cfg], wd).stdout) == {"evaluate": 1, "baselines": 1}
     run = wd / "results" / "e1"
     (run / "training_complete.json").write_text(json.dumps({"experiment": "e1", "planned_steps": 2, "final_step": 2, "provenance": {"git_commit": "abc"}}))
     (run / "train_metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward": 0.1 * s, "reward/accuracy": 0.1 * s, "accuracy": 0.1 * s, "response_length": 8 - s}) + "\n" for s in (1, 2)))
