@@ -105,7 +105,7 @@ class FakeVLLM(types.ModuleType):
 
     def __init__(self):
         super().__init__("vllm")
-        self.engines, self.params = [], []
+        self.engines, self.params, self.prompts = [], [], []
         fake = self
 
         class SamplingParams:
@@ -120,6 +120,8 @@ class FakeVLLM(types.ModuleType):
 
             def generate(self, prompts, params, use_tqdm=True):
                 import torch
+
+                fake.prompts.extend(prompts)
                 from transformers import AutoModelForCausalLM
 
                 model = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch.float32)

@@ -104,6 +104,8 @@ def test_vllm_backend_writes_what_the_transformers_backend_writes(model_fixture,
     via_vllm, info = vllm_backend.generate(source, tok, ids, gen, stops, vllm_cfg={"tensor_parallel_size": 2, "max_model_len": 4096, "dtype": "bfloat16"})
     via_hf, _ = hf_backend.generate(source, tok, ids, gen, stops)
     assert via_vllm == via_hf
+    # The engine got the prompts as the shared renderer tokenized them: no re-templating inside vLLM.
+    assert fake.prompts == [{"prompt_token_ids": i} for i in ids]
     assert fake.engines == [{"model": str(source.path), "tokenizer": str(source.path), "trust_remote_code": False, "tensor_parallel_size": 2, "gpu_memory_utilization": 0.9, "dtype": "bfloat16", "seed": 5, "max_model_len": 4096}]
     assert fake.params[0] == {"n": 1, "max_tokens": 9, "stop_token_ids": stops, "skip_special_tokens": True, "repetition_penalty": 1.0, "temperature": 0.0}
     assert info["vllm"]["tensor_parallel_size"] == 2

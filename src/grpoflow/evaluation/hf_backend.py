@@ -39,6 +39,10 @@ def generate(source: ModelSource, tokenizer, prompt_ids: list[list[int]], gen: G
     if threads:
         torch.set_num_threads(threads)
     model, device, dtype = load_model(source)
+    longest = max(len(p) for p in prompt_ids)
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit and longest + gen.max_new_tokens > limit:
+        log.warning("the longest prompt (%d tokens) + max_new_tokens (%d) exceeds the model's max_position_embeddings (%d): late tokens may degrade", longest, gen.max_new_tokens, limit)
     pad = pad_token_id(tokenizer, stop_ids)
     kwargs = _decoding_kwargs(gen, stop_ids, pad)
     order = sorted(range(len(prompt_ids)), key=lambda i: (-len(prompt_ids[i]), i))
