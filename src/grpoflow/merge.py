@@ -1,0 +1,277 @@
+"""`merge_checkpoint`: a training checkpoint → a plain Hugging Face model dir (``results/{experiment}/model``).
+
+verl (FSDP/FSDP2 shards)::
+
+    python -m verl.model_merger merge --backend fsdp --local_dir <ckpt>/global_step_N/actor --target_dir <tmp>
+
+With LoRA, verl's merger writes the frozen base weights plus the adapter in ``lora_adapter/`` and leaves them
+unmerged; the adapter is merged into those base weights with PEFT (in float32, saved in the base's dtype), so
+vLLM evaluation gets a plain model. A LoRA-only checkpoint (``checkpoint.save_lora_only``) has no base weights:
+its adapter is merged into the SFT start instead.
+
+TRL (HF Trainer ``checkpoint-N/``): a full fine-tune's model files are taken as they are; a PEFT adapter is
+merged into the SFT start.
+
+Then, before the dir is moved into place (atomically, so a failed merge never leaves a model that looks
+done): the weights load with transformers (no missing, unexpected or resized tensor; all finite), the tokenizer
+loads and has a chat template, and ``generation_config`` equals the SFT start's (copied from it when the
+checkpoint has none). ``grpoflow_merge.json`` in the model dir records what was merged and how.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from grpoflow.errors import DataError, GrpoflowError
+from grpoflow.io import atomic_dir, atomic_write_json, read_json
+
+log = logging.getLogger("grpoflow.merge")
+
+MERGE_RECORD = "grpoflow_merge.json"
+LORA_SUBDIR = "lora_adapter"  # where verl's merger puts the adapter; kept in the output for LoRA serving
+# HF Trainer files in a checkpoint-N/ that are training state, not the model.
+TRAINER_STATE_FILES = {"optimizer.pt", "scheduler.pt", "training_args.bin", "trainer_state.json", "scaler.pt"}
+
+
+# ---- entry point --------------------------------------------------------------------------------------------
+
+
+def merge_checkpoint(backend: str, checkpoint_dir: str, step: int | str, sft_json: str, marker: str, out_dir: str) -> dict:
+    """Merge step ``step`` ('last' = the marker's final step) of ``checkpoint_dir`` into ``out_dir``."""
+    started = time.monotonic()
+    sft = read_json(sft_json)
+    base = sft["path"]
+    final = read_json(marker)["final_step"]
+    step = int(final if step in ("last", None) else step)
+    out = Path(out_dir)
+    with atomic_dir(out) as tmp:
+        if backend == "verl":
+            info = merge_verl(checkpoint_dir, step, base, tmp)
+        elif backend == "trl":
+            info = merge_trl(checkpoint_dir, step, base, tmp)
+        else:
+            raise GrpoflowError(f"merge_checkpoint: unknown backend {backend!r}")
+        info["checks"] = check_merged(tmp, base)
+        info.update({"backend": backend, "step": step, "base_model": base, "seconds": round(time.monotonic() - started, 1)})
+        atomic_write_json(tmp / MERGE_RECORD, info)
+    log.info("merged %s step %d into %s in %.0f s", backend, step, out, time.monotonic() - started)
+    return info
+
+
+# ---- verl ---------------------------------------------------------------------------------------------------
+
+
+def _world_size_from_shards(actor: Path) -> int | None:
+    sizes = {p.name.split("_")[3] for p in actor.glob("model_world_size_*_rank_*.pt")}
+    return int(sizes.pop()) if len(sizes) == 1 and next(iter(sizes), "").isdigit() else None
+
+
+def _is_lora_only(actor: Path, world_size: int) -> bool:
+    """True when the shards hold only LoRA tensors (verl's checkpoint.save_lora_only)."""
+    import torch
+
+    shard = actor / f"model_world_size_{world_size}_rank_0.pt"
+    state = torch.load(shard, map_location="cpu", mmap=True, weights_only=False)  # keys only; mmap: no copy
+    keys = list(state)
+    return bool(keys) and all("lora_" in k or ".adapter_" in k for k in keys)
+
+
+def merge_verl(checkpoint_dir: str, step: int, base: str, out: Path) -> dict:
+    from grpoflow.verl import checkpoints as ck
+
+    actor = ck.actor_dir(checkpoint_dir, step)
+    if not actor.is_dir():
+        have = sorted(ck.step_dirs(checkpoint_dir))
+        raise DataError(f"{actor} does not exist (steps in {checkpoint_dir}: {have or 'none'}): set merge_step to one of them, or keep more checkpoints (grpo.max_checkpoints_to_keep)")
+    world = _world_size_from_shards(actor)
+    if not (actor / "fsdp_config.json").is_file():
+        fix = (f"write {actor}/fsdp_config.json containing {json.dumps({'FSDP_version': 2, 'world_size': world})} (world size from the shard names; FSDP_version 1 for strategy fsdp)"
+               if world else "the checkpoint has no model_world_size_*_rank_*.pt shards either: it is incomplete; merge another step (merge_step)")
+        raise DataError(f"{actor} has no fsdp_config.json, which verl's merger needs (checkpoints from older verl lack it): {fix}")
+    if not (actor / "huggingface" / "config.json").is_file():
+        raise DataError(f"{actor}/huggingface/config.json is missing: rank 0 did not finish saving step {step}; merge another step (merge_step)")
+    world = json.loads((actor / "fsdp_config.json").read_text())["world_size"]
+    lora_only = _is_lora_only(actor, world)
+
+    scratch = Path(tempfile.mkdtemp(prefix=".verl-merge.", dir=out.parent))
+    try:
+        cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(scratch)]
+        log.info("running: %s", " ".join(cmd))
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        sys.stderr.write(proc.stdout[-20000:] + proc.stderr[-20000:])
+        if proc.returncode != 0:
+            last = next((ln for ln in reversed(proc.stderr.strip().splitlines()) if ln.strip()), "no output")
+            raise GrpoflowError(f"verl's model merger failed on {actor} (exit {proc.returncode}): {last}")
+        adapter = scratch / LORA_SUBDIR
+        if adapter.is_dir():
+            merge_base = base if lora_only else str(scratch)
+            peft_merge(merge_base, adapter, out)
+            shutil.copytree(adapter, out / LORA_SUBDIR)
+            _copy_tokenizer(scratch, out)
+        else:
+            for item in scratch.iterdir():
+                shutil.move(str(item), out / item.name)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {"source": str(actor), "command": " ".join(cmd[1:]), "lora": adapter_info(out / LORA_SUBDIR), "lora_only_checkpoint": lora_only}
+
+
+# ---- TRL ----------------------------------------------------------------------------------------------------
+
+
+def merge_trl(checkpoint_dir: str, step: int, base: str, out: Path) -> dict:
+    from grpoflow.train import trl_checkpoints as tc
+
+    ckpt = Path(checkpoint_dir) / f"checkpoint-{step}"
+    if not ckpt.is_dir():
+        have = sorted(tc.checkpoints(checkpoint_dir))
+        raise DataError(f"{ckpt} does not exist (checkpoints in {checkpoint_dir}: {have or 'none'}): set merge_step to one of them")
+    if not tc.is_complete(ckpt, step):
+        raise DataError(f"{ckpt} is incomplete (no trainer_state.json naming step {step}): it was cut off while saving; merge another step (merge_step)")
+    if tc.is_peft_checkpoint(ckpt):
+        peft_merge(base, ckpt, out)
+        _copy_tokenizer(ckpt, out)
+        shutil.copytree(ckpt, out / LORA_SUBDIR, ignore=shutil.ignore_patterns(*TRAINER_STATE_FILES, "rng_state*", "tokenizer*", "chat_template*", "special_tokens_map.json", "*.jsonl"))
+        lora = adapter_info(ckpt)
+    else:
+        for item in ckpt.iterdir():
+            if item.is_file() and item.name not in TRAINER_STATE_FILES and not item.name.startswith("rng_state") and not item.name.endswith(".jsonl"):
+                shutil.copy2(item, out / item.name)
+        lora = None
+    return {"source": str(ckpt), "lora": lora}
+
+
+# ---- shared pieces ------------------------------------------------------------------------------------------
+
+
+def adapter_info(adapter: Path) -> dict | None:
+    cfg = adapter / "adapter_config.json"
+    if not cfg.is_file():
+        return None
+    data = json.loads(cfg.read_text())
+    return {k: data.get(k) for k in ("r", "lora_alpha", "target_modules", "use_rslora")}
+
+
+def peft_merge(base: str, adapter: Path, out: Path) -> None:
+    """Merge a PEFT LoRA adapter into ``base`` (computed in float32, saved in the base's dtype)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.from_pretrained(base)
+    dtype = getattr(cfg, "dtype", None) or getattr(cfg, "torch_dtype", None) or torch.float32
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    model, info = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, output_loading_info=True)
+    missing = info.get("missing_keys") or []
+    if missing:
+        raise GrpoflowError(f"the base model {base} lacks {len(missing)} weight(s) (e.g. {missing[0]}): cannot merge the LoRA adapter into it")
+    model = PeftModel.from_pretrained(model, str(adapter))
+    merged = model.merge_and_unload()
+    if any("lora_" in n for n, _ in merged.named_parameters()):
+        raise GrpoflowError(f"PEFT left LoRA layers in the model after merging {adapter}")
+    merged.to(dtype).save_pretrained(out, safe_serialization=True)
+    log.info("merged LoRA adapter %s into %s (saved as %s)", adapter, base, dtype)
+
+
+def _copy_tokenizer(src: Path, out: Path) -> None:
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(src).save_pretrained(out)
+
+
+def _local_model_dir(base: str) -> Path | None:
+    """The SFT start as a local dir (a Hub id resolved through the HF cache only, never downloaded)."""
+    if Path(base).is_dir():
+        return Path(base)
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(base, local_files_only=True))
+    except Exception:  # noqa: BLE001: not cached (or not a Hub id): the comparison is skipped, and said so
+        return None
+
+
+def _generation_config(path: Path) -> dict | None:
+    f = path / "generation_config.json"
+    if not f.is_file():
+        return None
+    data = json.loads(f.read_text())
+    data.pop("transformers_version", None)
+    return data
+
+
+def check_merged(model_dir: Path, base: str) -> dict[str, Any]:
+    """The checks a merged model must pass before it replaces results/{experiment}/model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_dir = Path(model_dir)
+    checks: dict[str, Any] = {}
+    # generation_config: verl writes the base's when the base had one; HF full fine-tunes save their own.
+    base_dir = _local_model_dir(base)
+    if base_dir is None:
+        log.warning("SFT start %s is not available locally: generation_config not compared", base)
+        checks["generation_config"] = "not compared (SFT start not local)"
+    else:
+        want, have = _generation_config(base_dir), _generation_config(model_dir)
+        if have is None and want is not None:
+            shutil.copy2(base_dir / "generation_config.json", model_dir / "generation_config.json")
+            log.info("generation_config.json copied from the SFT start %s (the checkpoint had none)", base_dir)
+            have = want
+        if have != want:
+            diff = sorted(k for k in set(have or {}) | set(want or {}) if (have or {}).get(k) != (want or {}).get(k))
+            raise GrpoflowError(f"the merged model's generation_config differs from the SFT start's ({base_dir}) in {', '.join(diff)}: the checkpoint was trained from another model than sft.json names; rerun discover_sft_checkpoint or check checkpoint_dir")
+        checks["generation_config"] = "equal to the SFT start's" if want is not None else "absent in both"
+
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto", output_loading_info=True)
+    except Exception as err:  # noqa: BLE001: any load failure is the finding
+        raise GrpoflowError(f"the merged model in {model_dir} does not load with transformers: {type(err).__name__}: {' '.join(str(err).split())[:300]}")
+    problems = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
+    if problems:
+        kind, keys = next(iter(problems.items()))
+        raise GrpoflowError(f"the merged model in {model_dir} loads with {len(keys)} {kind.replace('_', ' ')} (e.g. {list(keys)[0]}): the merge is incomplete")
+    bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise GrpoflowError(f"the merged model has non-finite values in {len(bad)} tensor(s) (e.g. {bad[0]}): the checkpoint is damaged; merge another step")
+    checks["weights"] = {"parameters": sum(p.numel() for p in model.parameters()), "dtype": str(next(model.parameters()).dtype).replace("torch.", "")}
+    del model
+
+    try:
+        tok = AutoTokenizer.from_pretrained(model_dir)
+    except Exception as err:  # noqa: BLE001
+        raise GrpoflowError(f"the merged model in {model_dir} has no loadable tokenizer: {' '.join(str(err).split())[:200]}")
+    if not tok.chat_template:
+        raise GrpoflowError(f"the merged model in {model_dir} has no chat template (evaluation renders prompts with it): the checkpoint's tokenizer lacks it; give the SFT model one")
+    tok.apply_chat_template([{"role": "user", "content": "1+1?"}], tokenize=False, add_generation_prompt=True)
+    checks["tokenizer"] = {"class": type(tok).__name__, "vocab": len(tok), "chat_template": True}
+    return checks
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m grpoflow.merge BACKEND CHECKPOINT_DIR STEP SFT_JSON MARKER OUT_DIR (the rule's call, by hand)."""
+    from grpoflow.workflow import guarded, setup_logging
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 6:
+        print(main.__doc__, file=sys.stderr)
+        return 2
+    setup_logging()
+    backend, ckpt, step, sft_json, marker, out = args
+    guarded(merge_checkpoint, backend, ckpt, step if step == "last" else int(step), sft_json, marker, out, what="merge_checkpoint")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())

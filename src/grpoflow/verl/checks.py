@@ -1,0 +1,89 @@
+"""Cheap checks of a verl experiment, run when the config is loaded (every `snakemake` call, dry-runs included).
+
+Pure arithmetic over the resolved config, no verl import (milliseconds). They catch before submission what
+verl would only report on the cluster: its own ``validate_config`` rules (batch × n divisible by the GPUs,
+mini-batch ≤ batch), the asserts its workers hit at the first update (mini-batch split over data-parallel
+ranks, micro-batches), vLLM's tensor-parallel layout, checkpoints that merge_step needs but rotation
+deletes, and extra overrides that fight grpoflow's own keys. The full check, against verl's real Hydra schema,
+is ``python -m grpoflow.verl.validate``.
+"""
+
+from __future__ import annotations
+
+from grpoflow.config import register_backend_check
+from grpoflow.errors import ConfigError
+
+VLLM_MAX_LORA_RANK = 512  # verl maps a LoRA rank to vLLM's next allowed one, up to 512
+
+
+def saved_steps(total: int, save_freq: int, keep: int | None) -> list[int]:
+    """The checkpoint steps left on disk after a full run: every save_freq-th step plus the last one
+    (verl always saves the final step), of which verl keeps the newest ``keep``."""
+    steps = sorted({s for s in range(save_freq, total + 1, save_freq)} | {total})
+    return steps[-keep:] if keep else steps
+
+
+@register_backend_check("verl")
+def check_verl_experiment(name: str, exp: dict, cfg=None) -> None:
+    where = f"experiments.{name}"
+    grpo, verl, res = exp["grpo"], exp["verl"], exp["resources"]
+
+    def fail(msg: str) -> None:
+        raise ConfigError(f"config error: {where}.{msg}")
+
+    nodes, per_node = res["nodes"], res["gpus_per_node"]
+    if per_node < 1:
+        fail("resources.gpus_per_node = 0: the verl backend trains on GPUs; set the GPUs per node (e.g. 8), or use backend: trl for CPU runs")
+    gpus = nodes * per_node
+    P, G = grpo["prompts_per_step"], grpo["num_generations"]
+    mini = verl["ppo_mini_batch_size"]
+    micro = verl["ppo_micro_batch_size_per_gpu"]
+    logprob = verl["log_prob_micro_batch_size_per_gpu"]
+    tp = verl["rollout"]["tensor_model_parallel_size"]
+
+    if G < 2:
+        fail(f"grpo.num_generations = {G}: GRPO compares completions within a prompt's group, so it needs at least 2")
+    if not verl["use_dynamic_bsz"]:
+        if (P * G) % gpus:
+            fail(f"grpo.prompts_per_step × num_generations = {P} × {G} = {P * G} is not divisible by the {gpus} GPUs ({nodes} node(s) × {per_node}): verl rejects this; change prompts_per_step, num_generations or resources")
+        if mini > P:
+            fail(f"verl.ppo_mini_batch_size = {mini} exceeds grpo.prompts_per_step = {P}: make it ≤ {P}")
+        if P % mini:
+            fail(f"grpo.prompts_per_step = {P} is not a multiple of verl.ppo_mini_batch_size = {mini}: each step would end in a padded partial update; use a divisor of {P}")
+        if (mini * G) % gpus:
+            fail(f"verl.ppo_mini_batch_size × num_generations = {mini} × {G} = {mini * G} completions do not split over {gpus} GPUs: make it a multiple of {gpus}")
+        per_gpu = mini * G // gpus
+        if per_gpu % micro:
+            fail(f"verl.ppo_micro_batch_size_per_gpu = {micro} does not divide the {per_gpu} completions each GPU gets per mini-batch ({mini} × {G} / {gpus} GPUs): use a divisor of {per_gpu}")
+        batch_per_gpu = P * G // gpus
+        if batch_per_gpu % logprob:
+            fail(f"verl.log_prob_micro_batch_size_per_gpu = {logprob} does not divide the {batch_per_gpu} completions each GPU scores per step ({P} × {G} / {gpus} GPUs): use a divisor of {batch_per_gpu}")
+    if tp > per_node or per_node % tp:
+        fail(f"verl.rollout.tensor_model_parallel_size = {tp} must divide resources.gpus_per_node = {per_node}: a vLLM replica lives within one node")
+    rank = grpo["lora"]["rank"]
+    if rank and verl["rollout"]["name"] == "vllm" and rank > VLLM_MAX_LORA_RANK:
+        fail(f"grpo.lora.rank = {rank}: vLLM serves LoRA ranks up to {VLLM_MAX_LORA_RANK}")
+    if not exp["data"].get("val_split") and (verl["test_freq"] > 0 or verl["val_before_train"]):
+        fail("data.val_split is null but verl.test_freq/val_before_train ask for validation: set a val_split or test_freq: -1 and val_before_train: false")
+
+    total, freq, keep = grpo["total_steps"], grpo["save_freq"], grpo["max_checkpoints_to_keep"]
+    merge = exp.get("merge_step", "last")
+    if merge != "last":
+        kept = saved_steps(total, freq, keep)
+        if merge not in kept:
+            fail(f"merge_step = {merge}: that checkpoint will not exist after training (kept steps: {', '.join(map(str, kept[-6:]))}{' …' if len(kept) > 6 else ''}); pick one of them, or change grpo.save_freq / max_checkpoints_to_keep")
+
+    for key in verl["env"]:
+        if not key.isidentifier():
+            fail(f"verl.env: {key!r} is not a valid environment variable name")
+
+    # Composing the overrides checks extra_overrides (Hydra syntax, keys grpoflow owns, legacy keys verl
+    # ignores) and the rewards' part; paths are placeholders here.
+    from grpoflow.verl.overrides import build, parse_override
+
+    build(exp, name, {"train": "train.parquet", "val": "val.parquet", "sft": "sft.json"}, exp.get("checkpoint_dir") or "checkpoints")
+    if nodes > 1:
+        for i, text in enumerate(verl["extra_overrides"]):
+            _, key, _ = parse_override(text, f"verl.extra_overrides[{i}]")
+            if key == "ray_kwargs.ray_init.num_cpus":
+                fail(f"verl.extra_overrides[{i}] sets {key}: on {nodes} nodes verl attaches to the launcher's Ray cluster, and Ray refuses num_cpus when attaching; remove it")

@@ -1,0 +1,99 @@
+"""verl's per-step file log → ``train_metrics.jsonl`` in the project's keys (docs/ARCHITECTURE.md).
+
+verl 0.9.1's ``file`` logger writes ``{"step": N, "data": {...}}`` lines to ``$VERL_FILE_LOGGER_PATH`` and
+truncates that file when a run starts. The wrapper therefore gives every attempt (first run, each resume) its
+own file under ``<checkpoint_dir>/grpoflow-metrics/`` (it survives failures with the checkpoints) and merges
+them here: a later attempt's record for a step replaces an earlier one, because a resumed run redoes the steps
+after its last checkpoint. The raw files keep every verl metric for deeper digging.
+
+verl 0.9.1's v1 trainer does not aggregate per-sample reward extras (``reward/<func>``, accuracy) into its
+training metrics; they appear here only if a reward module makes verl log them under these names.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from grpoflow.errors import DataError
+
+METRICS_SUBDIR = "grpoflow-metrics"
+
+# project key -> verl key (first one present wins)
+KEY_MAP: dict[str, tuple[str, ...]] = {
+    "reward": ("critic/score/mean",),
+    "reward_max": ("critic/score/max",),
+    "reward_min": ("critic/score/min",),
+    "accuracy": ("reward/accuracy/mean", "acc/mean"),
+    "response_length": ("response_length/mean",),
+    "response_length_max": ("response_length/max",),
+    "truncated_fraction": ("response_length/clip_ratio",),
+    "clip_ratio": ("actor/pg_clipfrac",),
+    "kl": ("actor/kl_loss",),
+    "entropy": ("actor/entropy",),
+    "loss": ("actor/pg_loss",),
+    "learning_rate": ("actor/lr",),
+    "grad_norm": ("actor/grad_norm",),
+    "time_s": ("timing_s/step",),
+}
+# A record is a training step (not only validation) when it has one of these.
+TRAIN_KEYS = ("critic/score/mean", "actor/pg_loss", "timing_s/step")
+
+
+def attempt_files(checkpoint_dir: str | os.PathLike) -> list[Path]:
+    d = Path(checkpoint_dir) / METRICS_SUBDIR
+    return sorted(d.glob("attempt-*.jsonl")) if d.is_dir() else []
+
+
+def read_verl_log(path: str | os.PathLike) -> dict[int, dict[str, Any]]:
+    """step -> merged verl metrics of one attempt file (a partly written last line is skipped)."""
+    steps: dict[int, dict[str, Any]] = {}
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the line a killed run was writing
+            if not isinstance(rec, dict) or "step" not in rec or not isinstance(rec.get("data"), dict):
+                raise DataError(f"{path}:{n}: not a verl file-logger record ({{'step', 'data'}}); is VERL_FILE_LOGGER_PATH shared with another run?")
+            steps.setdefault(int(rec["step"]), {}).update(rec["data"])
+    return steps
+
+
+def _number(v: Any) -> float | int | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def to_project(step: int, data: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {"step": step}
+    for key, sources in KEY_MAP.items():
+        for src in sources:
+            if src in data and _number(data[src]) is not None:
+                row[key] = _number(data[src])
+                break
+    for src, value in data.items():  # per-component rewards, if a reward module logs them
+        if src.startswith("reward/") and src.endswith("/mean") and src != "reward/accuracy/mean" and _number(value) is not None:
+            row[src[: -len("/mean")]] = _number(value)
+    return row
+
+
+def collect(files: Iterable[str | os.PathLike], last_step: int) -> list[dict[str, Any]]:
+    """Project rows for steps 1..last_step, later attempts winning."""
+    merged: dict[int, dict[str, Any]] = {}
+    for f in files:
+        for step, data in read_verl_log(f).items():
+            if any(k in data for k in TRAIN_KEYS):
+                merged[step] = data
+    return [to_project(s, merged[s]) for s in sorted(merged) if 1 <= s <= last_step]
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return dict(rows[-1]) if rows else {}

@@ -1,0 +1,259 @@
+"""The training wrapper `train_grpo` runs for verl experiments::
+
+    python -m grpoflow.verl.train --marker M --metrics X --config-hash H -- python -m verl.trainer.main_ppo ...
+
+1. Pre-flight (seconds, before any GPU work): the SFT model path resolved, its context fits prompt +
+   response, the training Parquet has at least one batch of rows, the checkpoint dir is usable.
+2. Runs verl: directly on one node (verl starts a local Ray), through the Ray launcher
+   (``grpoflow/scripts/ray_slurm.sh``) on ``trainer.nnodes`` > 1. SIGTERM/SIGINT/SIGUSR1/SIGUSR2 (time limit,
+   preemption, ``--signal``) stop verl and Ray cleanly; the job then fails naming the last checkpoint, and a
+   rerun (or SLURM's requeue) resumes from it (``trainer.resume_mode=auto``).
+3. Reads ``latest_checkpointed_iteration.txt``: only when the final step equals
+   ``trainer.total_training_steps`` does it write ``train_metrics.jsonl`` and the completion marker. A run
+   that exits 0 short of that (verl's zero-step "resume" at an epoch boundary) is an error.
+
+Everything it needs is read from verl's own overrides after ``--`` (steps, checkpoint dir, nodes, GPUs, data,
+model), so the wrapper and verl can never disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+from grpoflow.errors import DataError, GrpoflowError
+from grpoflow.io import atomic_write_json, atomic_write_jsonl
+from grpoflow.provenance import provenance
+from grpoflow.verl import checkpoints as ck
+from grpoflow.verl import metrics as vm
+
+log = logging.getLogger("grpoflow.verl.train")
+
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+STOP_GRACE_S = 90  # verl/vLLM/Ray need a moment to release GPUs; then everything left is killed
+REQUIRED = (
+    "trainer.total_training_steps", "trainer.default_local_dir", "trainer.n_gpus_per_node",
+    "trainer.experiment_name", "data.train_files", "data.train_batch_size", "actor_rollout_ref.model.path",
+)
+
+
+def parse_overrides(argv: list[str]) -> dict[str, str]:
+    """``key=value`` words of a verl command line (Hydra +/++ prefixes dropped, quotes around values removed)."""
+    out = {}
+    for word in argv:
+        if "=" not in word or word.startswith("-"):
+            continue
+        key, value = word.split("=", 1)
+        key = key.lstrip("+")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[key] = value
+    return out
+
+
+def launcher_path() -> Path:
+    return Path(str(resources.files("grpoflow").joinpath("scripts/ray_slurm.sh")))
+
+
+# ---- pre-flight -------------------------------------------------------------------------------------------------
+
+
+def preflight(ov: dict[str, str]) -> None:
+    missing = [k for k in REQUIRED if k not in ov]
+    if missing:
+        raise GrpoflowError(f"the verl command lacks {', '.join(missing)}: run it through `snakemake` (rule train_grpo), which composes them from the config")
+    model = ov["actor_rollout_ref.model.path"]
+    if not model:
+        raise GrpoflowError("the SFT model path is empty: `python -m grpoflow.discovery path <sft.json>` failed (its error is above); rerun discover_sft_checkpoint")
+    prompt, response = int(ov.get("data.max_prompt_length", 512)), int(ov.get("data.max_response_length", 512))
+    cfg_file = Path(model) / "config.json"
+    if Path(model).is_dir():
+        if not cfg_file.is_file():
+            raise DataError(f"SFT model dir {model} has no config.json: point sft.model/sft.run_dir at a Hugging Face model")
+        cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+        ctx = cfg.get("max_position_embeddings") or (cfg.get("text_config") or {}).get("max_position_embeddings")
+        if ctx and prompt + response > ctx:
+            raise GrpoflowError(f"grpo.max_prompt_length + max_response_length = {prompt} + {response} exceeds the model's context ({ctx} tokens, {cfg_file}): shorten them")
+    elif model.startswith(("/", ".")):
+        raise DataError(f"SFT model path {model} does not exist on this node: is it on storage the compute nodes see?")
+    train = ov["data.train_files"]
+    if not Path(train).is_file():
+        raise DataError(f"training data {train} not found on this node: is the project dir on shared storage?")
+    import pyarrow.parquet as pq
+
+    rows = pq.ParquetFile(train).metadata.num_rows
+    batch = int(ov["data.train_batch_size"])
+    if rows < batch:
+        raise DataError(f"{train} has {rows} rows, fewer than one step's grpo.prompts_per_step = {batch}: verl would stop before step 1; lower prompts_per_step or use more data")
+    val = ov.get("data.val_files")
+    if val and not Path(val).is_file():
+        raise DataError(f"validation data {val} not found on this node")
+    try:
+        Path(ov["trainer.default_local_dir"]).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise GrpoflowError(f"cannot create checkpoint_dir {ov['trainer.default_local_dir']}: {err.strerror}; set checkpoint_dir to writable shared storage")
+
+
+# ---- running verl -----------------------------------------------------------------------------------------------
+
+
+class Interrupted(Exception):
+    def __init__(self, signame: str):
+        self.signame = signame
+
+
+def run_trainer(argv: list[str], nodes: int, gpus_per_node: int, env: dict[str, str]) -> int:
+    """Run verl (through the launcher on several nodes); returns its exit status. Raises Interrupted when a
+    signal stopped it."""
+    if nodes > 1:
+        if not os.environ.get("SLURM_JOB_ID"):
+            raise GrpoflowError(f"trainer.nnodes = {nodes} needs a SLURM allocation of {nodes} nodes: submit with `snakemake --profile profiles/slurm`")
+        cmd = ["bash", str(launcher_path()), "--nodes", str(nodes), "--gpus-per-node", str(gpus_per_node), "--", *argv]
+    else:
+        cmd = list(argv)
+    log.info("running: %s", " ".join(cmd))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Own process group: a stop signal reaches verl, its Ray driver and their children, not Snakemake.
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    received: list[str] = []
+
+    def on_signal(signum, _frame):
+        name = signal.Signals(signum).name
+        if not received:
+            log.warning("received %s: stopping verl (it resumes from its last checkpoint when rerun)", name)
+        received.append(name)
+        # The launcher tears Ray down itself on TERM; a single-node verl gets it with all its children.
+        try:
+            if nodes > 1:
+                proc.send_signal(signal.SIGTERM)
+            else:
+                os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    previous = {s: signal.signal(s, on_signal) for s in FORWARDED_SIGNALS}
+    try:
+        while True:
+            try:
+                rc = proc.wait(timeout=STOP_GRACE_S if received else None)
+                break
+            except subprocess.TimeoutExpired:
+                log.warning("verl did not stop within %d s: killing it", STOP_GRACE_S)
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    if received:
+        raise Interrupted(received[0])
+    return rc
+
+
+# ---- the whole job ----------------------------------------------------------------------------------------------
+
+
+def _display(path: str) -> str:
+    """Project-relative when inside the working dir (markers stay valid when the project moves)."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def train(trainer_argv: list[str], marker: str, metrics_out: str, config_hash: str | None = None) -> dict:
+    if not trainer_argv:
+        raise GrpoflowError("no verl command after `--`")
+    ov = parse_overrides(trainer_argv)
+    preflight(ov)
+    planned = int(ov["trainer.total_training_steps"])
+    ckpt = ov["trainer.default_local_dir"]
+    nodes = int(ov.get("trainer.nnodes", "1"))
+    gpus_per_node = int(ov["trainer.n_gpus_per_node"])
+    experiment = ov["trainer.experiment_name"]
+
+    before = ck.latest_step(ckpt)
+    if before is not None and before > planned:
+        raise GrpoflowError(f"{ckpt} already holds step {before}, beyond grpo.total_steps = {planned}: it belongs to a longer run; raise total_steps, or set checkpoint_dir to a fresh dir")
+    if before == planned and ck.is_complete(ckpt, planned):
+        log.info("%s already holds the final step %d: not relaunching verl", ckpt, planned)
+    else:
+        log.info("checkpoint dir %s: %s", ckpt, f"resuming from step {before}" if before else "no checkpoint yet, training from step 0")
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        logfile = Path(ckpt, vm.METRICS_SUBDIR, f"attempt-{stamp}-{os.environ.get('SLURM_JOB_ID', os.getpid())}.jsonl").absolute()
+        logfile.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(logfile)}
+        started = time.monotonic()
+        try:
+            rc = run_trainer(trainer_argv, nodes, gpus_per_node, env)
+        except Interrupted as stop:
+            last = ck.latest_step(ckpt)
+            raise GrpoflowError(f"training stopped by {stop.signame} at {_progress(last, planned)}: rerun to resume from it (SLURM requeue does so automatically)")
+        after = ck.latest_step(ckpt)
+        if rc != 0:
+            raise GrpoflowError(f"verl exited with status {rc} (its error is above in this log); {_progress(after, planned)}: fix the cause and rerun to resume")
+        if after != planned:
+            ran = "0 steps" if after == before else f"up to step {after}"
+            raise GrpoflowError(f"verl exited 0 but ran {ran} of the planned {planned} (checkpoint dir {ckpt}): not complete; check `Total training steps` above (data smaller than expected? a resume at an epoch boundary?)")
+        log.info("verl reached step %d/%d in %.0f s", after, planned, time.monotonic() - started)
+
+    rows = vm.collect(vm.attempt_files(ckpt), planned)
+    if not rows:
+        log.warning("no per-step metrics found under %s/%s (was trainer.logger stripped of 'file'?)", ckpt, vm.METRICS_SUBDIR)
+    atomic_write_jsonl(metrics_out, rows)
+    prov = provenance(None)
+    prov["config_hash"] = config_hash
+    record = {
+        "experiment": experiment,
+        "backend": "verl",
+        "planned_steps": planned,
+        "final_step": planned,
+        "checkpoint_dir": _display(ckpt),
+        "final_checkpoint": _display(str(Path(ckpt) / f"global_step_{planned}")),
+        "nodes": nodes,
+        "gpus_per_node": gpus_per_node,
+        "metrics_summary": vm.summary(rows),
+        "trainer_command": trainer_argv,
+        "provenance": prov,
+    }
+    atomic_write_json(marker, record)
+    log.info("training complete: %s", marker)
+    return record
+
+
+def _progress(step: int | None, planned: int) -> str:
+    return f"last checkpoint step {step} of {planned}" if step else f"no checkpoint yet (0 of {planned} steps saved)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from grpoflow.workflow import guarded, setup_logging
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in argv:
+        print("usage: python -m grpoflow.verl.train --marker M --metrics X [--config-hash H] -- python -m verl.trainer.main_ppo ...", file=sys.stderr)
+        return 2
+    split = argv.index("--")
+    parser = argparse.ArgumentParser(prog="python -m grpoflow.verl.train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--marker", required=True, help="completion marker to write (results/E/training_complete.json)")
+    parser.add_argument("--metrics", required=True, help="per-step metrics to write (results/E/train_metrics.jsonl)")
+    parser.add_argument("--config-hash", default=None, help="hash of the experiment's training settings (recorded in the marker)")
+    args = parser.parse_args(argv[:split])
+    setup_logging()
+    guarded(train, argv[split + 1:], args.marker, args.metrics, args.config_hash, what="train_grpo (verl)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
