@@ -107,6 +107,14 @@ def _allowed(error: jsonschema.ValidationError) -> str:
 
 
 def _format_error(error: jsonschema.ValidationError) -> str:
+    # A scalar that fits none of several shapes ('latest' or an integer): name them all.
+    if error.validator in ("oneOf", "anyOf") and not isinstance(error.instance, dict) and error.context:
+        options = []
+        for sub in error.context:
+            text = _allowed(sub)
+            if text not in options:
+                options.append(text)
+        return f"{_key_path(error)} = {_short(error.instance)}: must be {' or '.join(options)}"
     # Prefer the most specific error of a oneOf/anyOf when there is a single obvious one.
     if error.context:
         best = jsonschema.exceptions.best_match(error.context)
