@@ -22,14 +22,17 @@ from grpoflow.rewards.verifier import (
     answers_equal,
     format_ok,
     is_correct,
+    reset_caches,
     reset_stats,
     stats,
     verify,
+    verify_many,
     within_tolerance,
 )
 
 __all__ = [
     "verify",
+    "verify_many",
     "is_correct",
     "Verdict",
     "within_tolerance",
@@ -40,6 +43,7 @@ __all__ = [
     "Extraction",
     "stats",
     "reset_stats",
+    "reset_caches",
     "REGISTRY",
     "registry",
     "Param",

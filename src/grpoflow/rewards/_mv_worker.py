@@ -24,8 +24,8 @@ from functools import lru_cache
 MEMORY_LIMIT_BYTES = int(os.environ.get("GRPOFLOW_VERIFY_MEMORY_MB", "2048")) * 2**20
 
 
-class _SoftTimeout(Exception):
-    pass
+class _SoftTimeout(BaseException):
+    """Not an Exception: math-verify and sympy swallow ``Exception`` (a timeout would read as 'not equal')."""
 
 
 def _on_alarm(signum, frame):  # pragma: no cover - exercised through the subprocess
@@ -85,14 +85,54 @@ def _parse(latex: str):
     return [_exact(p) for p in parsed]
 
 
+def _numerically_different(g, p) -> bool:
+    """Two constant expressions whose values differ at 30 digits are not equal: skip sympy's simplify, which
+    dominates the cost of wrong answers. Anything else (symbols, sets, relations, matrices) is left to verify."""
+    from sympy import Expr, UnevaluatedExpr
+
+    if not (isinstance(g, Expr) and isinstance(p, Expr)) or g.free_symbols or p.free_symbols:
+        return False
+    if g.has(UnevaluatedExpr) or p.has(UnevaluatedExpr):  # percentages: math-verify's own rules apply
+        return False
+    try:
+        a, b = complex(g.evalf(30)), complex(p.evalf(30))
+    except (TypeError, ValueError, ArithmeticError):
+        return False
+    return abs(a - b) > 1e-12 * max(1.0, abs(a))
+
+
 def equal(gold: str, pred: str) -> bool:
     from math_verify import verify
 
     pred = _APPROX_RE.sub("", pred).strip()  # "\frac16 \approx 0.167" states the exact value first
     g, p = _parse(gold), _parse(pred)
-    if not g or not p:
+    if not g:  # every answer would be 'wrong': say so (counted as an error), never a quiet 0 for this prompt
+        raise ValueError(f"math-verify cannot read the ground truth {gold[:80]!r}")
+    if not p:
+        return False
+    if _numerically_different(g[0], p[0]):
         return False
     return bool(verify(g, p, timeout_seconds=None, allow_set_relation_comp=True))
+
+
+# Parsed once at start-up: the ANTLR parser behind latex2sympy builds its prediction caches lazily, so the
+# first fraction, interval or matrix a worker sees costs 10-100x a later one. Generic shapes, no answer keys.
+WARMUP = [
+    ("\\frac{1}{2}", "0.5"), ("\\sqrt{2}", "\\frac{2}{\\sqrt{2}}"), ("2\\pi", "\\frac{4\\pi}{2}"),
+    ("(-\\infty, 1]", "x \\le 1"), ("[0, 1) \\cup (2, 3]", "(2, 3] \\cup [0, 1)"), ("(1, -2)", "x = 1, y = -2"),
+    ("-1, 4", "4, -1"), ("x^2 - 1", "(x-1)(x+1)"), ("3 + 4i", "4i + 3"), ("y = 2x - 1", "y = -1 + 2x"),
+    ("\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"),
+    ("\\{1, 2\\}", "\\{2, 1\\}"), ("e^{3}", "e^3"), ("\\text{(A)}", "A"), ("45^\\circ", "45"),
+    ("\\frac{\\sqrt{3}}{3}", "\\frac{1}{\\sqrt{3}}"), ("\\log_2 8", "3"), ("\\infty", "\\infty"),
+]
+
+
+def warm_up() -> None:
+    for gold, pred in WARMUP:
+        try:
+            equal(gold, pred)
+        except Exception:  # noqa: BLE001 - warm-up only
+            pass
 
 
 def main() -> None:
@@ -104,6 +144,7 @@ def main() -> None:
     # We supply the timeout (SIGALRM here, kill in the parent): silence math-verify's "no timeout" warning.
     math_verify.parser.TIMEOUT_WARNING_SHOWN = True
     math_verify.grader.TIMEOUT_WARNING_SHOWN = True
+    warm_up()
     # The protocol owns the original stdout; anything a library prints goes to stderr instead.
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)

@@ -209,6 +209,30 @@ class MathVerifyPool:
             return Outcome(False, "error", str(reply.get("error", reply)))
         return Outcome(False, "error", "no math-verify worker")
 
+    def start(self) -> None:
+        """Start every worker now (concurrently) instead of on first use: a run pays the start-up up front."""
+        self._check_fork()
+        with self._cv:
+            missing = self.size - self._count
+            self._count += missing
+        if missing <= 0:
+            return
+        results: list = [None] * missing
+
+        def spawn(i: int) -> None:
+            try:
+                results[i] = _Worker(self.startup_timeout)
+            except OSError as exc:
+                results[i] = exc
+
+        threads = [threading.Thread(target=spawn, args=(i,)) for i in range(missing)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for r in results:
+            self._release(r if isinstance(r, _Worker) else None)
+
     def close(self) -> None:
         with self._cv:
             idle, self._idle = self._idle, []

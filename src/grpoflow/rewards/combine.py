@@ -14,6 +14,7 @@ from typing import Sequence
 
 from grpoflow.rewards.funcs import Sample, kimi_length
 from grpoflow.rewards.registry import RewardSpec, check_reward_config, registry, resolve_params
+from grpoflow.rewards.verifier import verify_many
 
 __all__ = ["RewardSet", "Scores", "kimi_length", "znorm", "groups_of", "contiguous_groups", "needs_group_terms"]
 
@@ -100,6 +101,10 @@ class RewardSet:
         """Every component for a batch; ``groups`` (lists of indices, one per prompt) are required when
         group-level terms are configured."""
         n = len(samples)
+        todo = [s for s in samples if s._verdict is None]
+        if len(todo) > 1:  # verify the batch up front: its math-verify comparisons run concurrently
+            for s, v in zip(todo, verify_many([(s.completion, s.ground_truth) for s in todo])):
+                s._verdict = v
         if groups is None:
             if self.needs_groups:
                 raise ValueError(f"rewards {self.group_funcs or ['per_prompt normalisation']} need the prompt groups")

@@ -21,8 +21,10 @@ import logging
 import re
 import threading
 from collections import Counter, OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Sequence
 
 from grpoflow.rewards import extract as _extract
 from grpoflow.rewards._sandbox import default_pool
@@ -31,12 +33,14 @@ from grpoflow.rewards.numbers import Number, numbers_equal, parse_number, words_
 __all__ = [
     "Verdict",
     "verify",
+    "verify_many",
     "is_correct",
     "answers_equal",
     "within_tolerance",
     "format_ok",
     "stats",
     "reset_stats",
+    "reset_caches",
 ]
 
 log = logging.getLogger("grpoflow.rewards")
@@ -80,6 +84,13 @@ def stats() -> dict[str, int]:
 def reset_stats() -> None:
     with _stats_lock:
         _stats.clear()
+
+
+def reset_caches() -> None:
+    """Forget cached verdicts and comparisons (benchmarks and tests; a run never needs to)."""
+    with _equal_lock:
+        _equal_cache.clear()
+        _verdict_cache.clear()
 
 
 _warned = 0
@@ -218,8 +229,7 @@ _EQUAL_CACHE_SIZE = 65536
 
 def answers_equal(answer: str, ground_truth: str) -> tuple[bool, str, str | None]:
     """(equal, method, reason-if-not-equal) for an extracted answer and a ground truth (convention §3)."""
-    gold = _clean_gold(ground_truth)
-    key = (answer, gold)
+    key = (answer.strip(), _clean_gold(ground_truth))
     with _equal_lock:
         hit = _equal_cache.get(key)
         if hit is not None:
@@ -227,7 +237,7 @@ def answers_equal(answer: str, ground_truth: str) -> tuple[bool, str, str | None
     if hit is not None:
         _count("cache_hits")
         return hit
-    result = _answers_equal(answer.strip(), gold)
+    result = _answers_equal(*key)
     if not result[2] or not result[2].startswith(("timeout", "error")):  # only definitive results are cached
         with _equal_lock:
             _equal_cache[key] = result
@@ -237,22 +247,36 @@ def answers_equal(answer: str, ground_truth: str) -> tuple[bool, str, str | None
 
 
 def _answers_equal(answer: str, gold: str) -> tuple[bool, str, str | None]:
+    local = _decide_locally(answer, gold)
+    if local is not None:
+        result, counter = local
+        if counter:
+            _count(counter)
+        return result
+    _count("math_verify")
+    outcome = default_pool().compare(gold, _for_math_verify(answer))
+    if outcome.status != "ok":
+        _report(outcome.status, outcome.detail, gold, answer)
+        return False, "math_verify", f"{outcome.status}: {outcome.detail}"
+    return (True, "math_verify", None) if outcome.equal else (False, "math_verify", "wrong answer")
+
+
+def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None], str | None] | None:
+    """Everything decided without sympy — ((equal, method, reason), counter to bump) — or None for math-verify."""
     if not gold:
-        return False, "shape", "error: empty ground truth"
+        return (False, "shape", "error: empty ground truth"), None
     if len(answer) > MAX_ANSWER_CHARS:
-        _count("guarded")
-        return False, "shape", f"answer longer than {MAX_ANSWER_CHARS} characters"
+        return (False, "shape", f"answer longer than {MAX_ANSWER_CHARS} characters"), "guarded"
     if _extract.looks_like_code(answer):
-        return False, "shape", "code is not an answer"
-    gold_hedges = bool(_HEDGE_WORD_RE.search(gold))
-    if not gold_hedges and _HEDGE_WORD_RE.search(answer):
-        return False, "shape", "hedge (the answer offers alternatives)"
+        return (False, "shape", "code is not an answer"), None
+    if not _HEDGE_WORD_RE.search(gold) and _HEDGE_WORD_RE.search(answer):
+        return (False, "shape", "hedge (the answer offers alternatives)"), None
     # Multiple choice: the letter in any wrapper.
     m = _GOLD_CHOICE_RE.match(gold)
     if m:
         letter = _choice(answer)
         if letter is not None:
-            return (True, "choice", None) if letter == m.group(1) else (False, "choice", "wrong choice")
+            return ((True, "choice", None) if letter == m.group(1) else (False, "choice", "wrong choice")), None
     # A number written in a base: the digits as written ("1011" for 1011_2), not its decimal value.
     m = _BASE_RE.match(gold)
     if m and not _number(gold):
@@ -260,42 +284,42 @@ def _answers_equal(answer: str, gold: str) -> tuple[bool, str, str | None]:
         mm = _BASE_RE.match(answer)
         pred = mm.group(1).upper() if mm and mm.group(2) == base else answer.strip().strip("$").upper()
         pred = re.sub(r"^\\TEXT\s*\{(.*)\}$", r"\1", pred).strip()
-        return (True, "base", None) if pred.lstrip("0") == digits.lstrip("0") else (False, "base", "wrong answer")
+        return ((True, "base", None) if pred.lstrip("0") == digits.lstrip("0") else (False, "base", "wrong answer")), None
     # Lists ("all solutions") against single values and lists of plain numbers: settled without sympy.
     a_items, g_items = _split_list(answer), _split_list(gold)
     if a_items and not g_items and _number(gold) is not None:
         if len(set(a_items)) == 1:
             a_items = None  # "5 and 5" states one value twice
         else:
-            return False, "list", "hedge (several answers for one value)"
+            return (False, "list", "hedge (several answers for one value)"), None
     if g_items and not a_items and _number(answer) is not None and all(_number(x) for x in g_items):
-        _count("fast_path")
-        return False, "list", "wrong answer (one value for a list)"
+        return (False, "list", "wrong answer (one value for a list)"), "fast_path"
     if a_items and g_items:
         a_nums, g_nums = [_number(x) for x in a_items], [_number(x) for x in g_items]
         if all(a_nums) and all(g_nums):
-            _count("fast_path")
             same = sorted(n.value for n in a_nums) == sorted(n.value for n in g_nums)  # type: ignore[union-attr]
-            return (True, "list", None) if same else (False, "list", "wrong answer")
+            return ((True, "list", None) if same else (False, "list", "wrong answer")), "fast_path"
     # Plain numbers: exact, no sympy.
     gn = _number(gold)
     an = _number(answer) if not a_items else None
     if gn is not None and an is not None:
-        _count("fast_path")
-        return (True, "number", None) if numbers_equal(an, gn) else (False, "number", "wrong answer")
+        return ((True, "number", None) if numbers_equal(an, gn) else (False, "number", "wrong answer")), "fast_path"
     if gn is not None and an is None and _plainly_not_a_number(answer):
-        _count("fast_path")
-        return False, "number", "wrong answer (not a number)"
-    # Everything else: math-verify, sandboxed.
+        return (False, "number", "wrong answer (not a number)"), "fast_path"
+    # The same LaTeX up to spacing and delimiters is the same answer.
+    if _latex_key(answer) == _latex_key(gold):
+        return (True, "string", None), "fast_path"
     if _PATHOLOGICAL_RE.search(answer) and not _PATHOLOGICAL_RE.search(gold):
-        _count("guarded")
-        return False, "shape", "too expensive to evaluate (huge power, factorial or number): not correct"
-    _count("math_verify")
-    outcome = default_pool().compare(gold, _for_math_verify(answer))
-    if outcome.status != "ok":
-        _report(outcome.status, outcome.detail, gold, answer)
-        return False, "math_verify", f"{outcome.status}: {outcome.detail}"
-    return (True, "math_verify", None) if outcome.equal else (False, "math_verify", "wrong answer")
+        return (False, "shape", "too expensive to evaluate (huge power, factorial or number): not correct"), "guarded"
+    return None
+
+
+_LATEX_NOISE_RE = re.compile(r"\\left|\\right|\\[,;:! ]|\\displaystyle|\s+|\$")
+
+
+def _latex_key(text: str) -> str:
+    """LaTeX with spacing, sizing and math delimiters removed, and \dfrac/\tfrac written \frac."""
+    return _LATEX_NOISE_RE.sub("", text).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
 
 
 def _plainly_not_a_number(answer: str) -> bool:
@@ -317,8 +341,38 @@ _VERDICT_CACHE_SIZE = 2048
 
 def verify(completion: str, ground_truth: str) -> Verdict:
     """The completion's final answer and whether it is correct (ANSWER-CONVENTION.md). Never raises."""
-    completion = completion if isinstance(completion, str) else str(completion)
-    ground_truth = ground_truth if isinstance(ground_truth, str) else str(ground_truth)
+    return _verify_cached(str(completion), str(ground_truth), None)
+
+
+def verify_many(pairs: Sequence[tuple[str, str]]) -> list[Verdict]:
+    """``verify`` for a batch of (completion, ground truth): the comparisons that need math-verify run
+    concurrently, one per worker process; everything else as ``verify``. Same verdicts, same counters."""
+    pairs = [(str(c), str(t)) for c, t in pairs]
+    exts: list[_extract.Extraction | None] = [None] * len(pairs)
+    pending: set[tuple[str, str]] = set()
+    for i, (completion, truth) in enumerate(pairs):
+        with _equal_lock:
+            if (completion, truth) in _verdict_cache:
+                continue
+        try:
+            ext = exts[i] = _extract.extract_answer(completion)
+        except Exception:  # noqa: BLE001 - verify() reports it
+            continue
+        if ext.answer is None or ext.hedge:
+            continue
+        key = (ext.answer.strip(), _clean_gold(truth))
+        with _equal_lock:
+            cached = key in _equal_cache
+        if not cached and key[1] and _decide_locally(*key) is None:
+            pending.add(key)
+    pool = default_pool()
+    if len(pending) > 1 and pool.size > 1:
+        with ThreadPoolExecutor(max_workers=min(pool.size, len(pending)), thread_name_prefix="grpoflow-verify") as ex:
+            list(ex.map(lambda key: answers_equal(*key), sorted(pending)))
+    return [_verify_cached(c, t, e) for (c, t), e in zip(pairs, exts)]
+
+
+def _verify_cached(completion: str, ground_truth: str, ext: _extract.Extraction | None) -> Verdict:
     key = (completion, ground_truth)
     with _equal_lock:
         hit = _verdict_cache.get(key)
@@ -327,7 +381,7 @@ def verify(completion: str, ground_truth: str) -> Verdict:
     if hit is not None:
         return hit
     try:
-        verdict = _verify(completion, ground_truth)
+        verdict = _verify(completion, ground_truth, ext)
     except Exception as exc:  # noqa: BLE001 - a verifier bug must not kill a training run: count it, log it
         _report("error", f"{type(exc).__name__}: {exc}", ground_truth, completion[-200:])
         log.exception("grpoflow.rewards: internal verifier error")
@@ -345,8 +399,8 @@ def verify(completion: str, ground_truth: str) -> Verdict:
     return verdict
 
 
-def _verify(completion: str, ground_truth: str) -> Verdict:
-    ext = _extract.extract_answer(completion)
+def _verify(completion: str, ground_truth: str, ext: _extract.Extraction | None = None) -> Verdict:
+    ext = ext if ext is not None else _extract.extract_answer(completion)
     if ext.answer is None:
         return Verdict(False, False, None, None, f"no answer: {ext.reason}")
     if ext.hedge and not _HEDGE_WORD_RE.search(ground_truth):
