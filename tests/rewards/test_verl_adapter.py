@@ -71,7 +71,7 @@ def test_overrides_compose_and_land_where_verl_reads_them():
     overrides = rverl.hydra_overrides(KAGGLE)
     cfg = _compose(BASE + overrides)  # raises on keys verl does not know
     rf = cfg.reward.custom_reward_function
-    assert rf.path == rverl.COMPUTE_SCORE_PATH and os.path.isfile(rf.path) and rf.name == "compute_score"
+    assert rf.path == "pkg://grpoflow.rewards.verl" and rf.name == "compute_score"
     kwargs = OmegaConf.to_container(rf.reward_kwargs)
     assert kwargs["funcs"] == KAGGLE["funcs"] and kwargs["weights"] == KAGGLE["weights"]
     assert kwargs["normalize"] == "per_prompt" and kwargs["params"]["cosine"]["max_len"] == 64
@@ -84,6 +84,15 @@ def test_overrides_compose_and_land_where_verl_reads_them():
     validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     assert resolve_reward_manager_cls(cfg).__name__ == rverl.REWARD_MANAGER
     assert get_custom_reward_fn(cfg) is not None
+
+
+def test_compute_score_loads_by_file_path_too():
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    overrides = rverl.hydra_overrides(KAGGLE) + [f"reward.custom_reward_function.path={rverl.COMPUTE_SCORE_PATH}"]
+    fn = get_custom_reward_fn(_compose(BASE + overrides))
+    out = fn(data_source="grpoflow/x", solution_str=RESPONSES[0][0], ground_truth="72", extra_info={rverl.TOKENS_KEY: 20})
+    assert out["acc"] == 1.0 and out["format2"] == 1.0
 
 
 def test_overrides_without_group_terms_keep_verl_grpo():

@@ -41,12 +41,14 @@ __all__ = [
     "REWARD_MANAGER",
     "TOKENS_KEY",
     "COMPUTE_SCORE_PATH",
+    "SCORE_MODULE",
 ]
 
 ESTIMATOR = "grpoflow"  # algorithm.adv_estimator
 PLUGIN_MODULE = "grpoflow.rewards.verl_plugin"  # VERL_USE_EXTERNAL_MODULES / reward manager module
 REWARD_MANAGER = "GrpoflowRewardManager"  # passes each response's token count to compute_score
 TOKENS_KEY = "grpoflow_response_tokens"  # extra_info key the reward manager sets
+SCORE_MODULE = "grpoflow.rewards.verl"  # reward.custom_reward_function.path=pkg://grpoflow.rewards.verl
 COMPUTE_SCORE_PATH = str(Path(__file__).resolve())
 # Group-level rewards the estimator implements (every registry reward with group=True must be listed here).
 GROUP_REWARDS = ("length",)
@@ -129,21 +131,6 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
 # Wiring it into a verl command
 
 
-def _hydra_value(value: Any) -> str:
-    """A Python value as a Hydra override value (strings quoted, so tag names and paths survive the grammar)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_hydra_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {value!r} as a Hydra override value")
-
-
 def hydra_overrides(rewards_cfg: dict, *, max_response_length: int | None = None) -> list[str]:
     """The Hydra overrides that make verl 0.9.1 train on ``rewards_cfg`` (only keys 0.9.1 reads).
 
@@ -152,31 +139,35 @@ def hydra_overrides(rewards_cfg: dict, *, max_response_length: int | None = None
     ``+reward.custom_reward_function.reward_kwargs.*``. With group-level terms (``length``, ``normalize:
     per_prompt``): ``algorithm.adv_estimator=grpoflow`` and its settings under ``+algorithm.grpoflow.*``
     (the estimator module must be imported: see ``environment``)."""
+    from grpoflow.verl.overrides import hydra_value  # the verl command's own value writer (pure Python)
+
     rset = RewardSet(rewards_cfg, max_response_length=max_response_length)
     unsupported = [f for f in rset.group_funcs if f not in GROUP_REWARDS]
     if unsupported:
         raise ConfigError(f"config error: rewards.funcs: group-level reward(s) {unsupported} have no verl implementation")
     kw = "+reward.custom_reward_function.reward_kwargs"
     out = [
-        f"reward.custom_reward_function.path={_hydra_value(COMPUTE_SCORE_PATH)}",
+        # By module name, not file path: the command does not change when the project moves, and every node
+        # imports the installed package (the file, COMPUTE_SCORE_PATH, works as a path too).
+        f"reward.custom_reward_function.path={hydra_value('pkg://' + SCORE_MODULE)}",
         "reward.custom_reward_function.name=compute_score",
         "reward.reward_manager.source=importlib",
         f"reward.reward_manager.name={REWARD_MANAGER}",
-        f"reward.reward_manager.module.path=pkg://{PLUGIN_MODULE}",
-        f"{kw}.funcs={_hydra_value(rset.funcs)}",
-        f"{kw}.weights={_hydra_value(rset.weights)}",
-        f"{kw}.normalize={rset.normalize}",
-        f"{kw}.eps={_hydra_value(rset.eps)}",
+        f"reward.reward_manager.module.path={hydra_value('pkg://' + PLUGIN_MODULE)}",
+        f"{kw}.funcs={hydra_value(rset.funcs)}",
+        f"{kw}.weights={hydra_value(rset.weights)}",
+        f"{kw}.normalize={hydra_value(rset.normalize)}",
+        f"{kw}.eps={hydra_value(rset.eps)}",
     ]
     for name in rset.funcs:
         for pname, value in rset.params[name].items():
-            out.append(f"{kw}.params.{name}.{pname}={_hydra_value(value)}")
+            out.append(f"{kw}.params.{name}.{pname}={hydra_value(value)}")
     if rset.needs_groups:
         out += [
             f"algorithm.adv_estimator={ESTIMATOR}",
-            f"+algorithm.grpoflow.length_weight={_hydra_value(rset.weight('length') if 'length' in rset.funcs else 0.0)}",
-            f"+algorithm.grpoflow.normalize={rset.normalize}",
-            f"+algorithm.grpoflow.eps={_hydra_value(rset.eps)}",
+            f"+algorithm.grpoflow.length_weight={hydra_value(rset.weight('length') if 'length' in rset.funcs else 0.0)}",
+            f"+algorithm.grpoflow.normalize={hydra_value(rset.normalize)}",
+            f"+algorithm.grpoflow.eps={hydra_value(rset.eps)}",
         ]
     return out
 
