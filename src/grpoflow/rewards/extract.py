@@ -66,7 +66,6 @@ def response_part(completion: str) -> tuple[str | None, str | None]:
 
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_BOX_WRAPPER_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 
 
 def match_braces(text: str) -> dict[int, int]:
@@ -113,7 +112,7 @@ def find_boxes(text: str) -> list[Box]:
 def unwrap_boxes(content: str) -> str:
     """``\\boxed{\\boxed{x}}`` means ``x``; box commands inside an answer are dropped, their contents kept."""
     for _ in range(50):  # nesting depth is tiny in practice; the bound keeps a crafted input linear
-        m = _BOX_WRAPPER_RE.search(content)
+        m = _BOX_RE.search(content)
         if not m:
             break
         close = match_braces(content).get(m.end() - 1)
@@ -338,9 +337,10 @@ def read_statement(stmt: str, prefer: str) -> tuple[str | None, bool]:
         chosen = strong[0] if prefer == "first" else strong[-1]
         if chosen.kind == "math":
             value = _math_value(chosen.text)
+        elif chosen.kind == "bold" and not re.fullmatch(r"[-$\\\d.,%\s]+", chosen.text):
+            value = read_statement(chosen.text, prefer)[0] or chosen.text.strip()  # "**72 muffins**"
         elif chosen.kind == "bold":
-            value, _ = read_statement(chosen.text, prefer) if not re.fullmatch(r"\s*[-$\\\d.,%\s]+", chosen.text) else (chosen.text.strip(), False)
-            value = value or chosen.text.strip()
+            value = chosen.text.strip()
         else:
             value = _apply_sign_words(stmt, chosen)
         hedge = bool(_HEDGE_RE.match(stmt[chosen.end:]))

@@ -100,11 +100,13 @@ def _report(kind: str, detail: str, gold: str, pred: str) -> None:
     """Log a timeout/error (the first 20 in full, then every 100th) and count it."""
     global _warned
     _count("timeouts" if kind == "timeout" else "errors")
-    _warned += 1
-    if _warned <= 20 or _warned % 100 == 0:
+    with _stats_lock:
+        _warned += 1
+        n = _warned
+    if n <= 20 or n % 100 == 0:
         log.warning(
             "grpoflow.rewards: %s comparing answer %r with ground truth %r (%s): scored as not correct "
-            "[%d so far; see grpoflow.rewards.stats()]", kind, pred[:120], gold[:120], detail, _warned,
+            "[%d so far; see grpoflow.rewards.stats()]", kind, pred[:120], gold[:120], detail, n,
         )
 
 
