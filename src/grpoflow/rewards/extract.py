@@ -186,7 +186,7 @@ _OP = r"[-+*/×÷xX·⋅]|\\times|\\cdot|\\div"
 _CHAIN_RE = re.compile(
     rf"(?:\$?(?:{_NUM})\s*(?:{_OP})\s*)+\$?(?:{_NUM})\s*(?:=\s*\$?(?:{_NUM})\s*(?:(?:{_OP})\s*\$?(?:{_NUM})\s*)*)*=\s*(?P<res>-?\$?(?:{_NUM})%?)"
 )
-_NUMBER_RE = re.compile(rf"(?P<neg>-\s?)?(?P<cur>\\?\$\s?)?(?P<n>{_NUM})(?P<pct>\s?(?:\\?%|percent\b))?")
+_NUMBER_RE = re.compile(rf"(?P<neg>-\s?)?(?P<cur>\\?\$\s?)?(?P<n>(?:{_NUM})(?:\s?/\s?(?:{_NUM}))?)(?P<pct>\s?(?:\\?%|percent\b))?")
 _WORDNUM_RE = re.compile(
     r"\b(?:(?:minus|negative)\s+)?(?:" + "|".join(sorted(NUMBER_WORDS, key=len, reverse=True)) + r")"
     r"(?:[\s-]+(?:and\s+)?(?:" + "|".join(sorted(NUMBER_WORDS, key=len, reverse=True)) + r"))*\b",
@@ -194,7 +194,8 @@ _WORDNUM_RE = re.compile(
 )
 # Words after which a number is context, not the result ("in 4 weeks", "after 3 days", "per 2 hours").
 _CONTEXT_WORDS = {"in", "after", "per", "within", "over", "every", "each", "for", "from", "by", "at", "on",
-                  "step", "steps", "day", "week", "month", "year", "part", "page", "of"}
+                  "step", "steps", "day", "week", "month", "year", "part", "page", "of",
+                  "not", "than", "except", "without"}  # "5, not 6": a rejected value is not the result
 _RESULT_WORDS = {"is", "are", "was", "were", "be", "equals", "equal", "=", "makes", "make", "has", "have", "had",
                  "gets", "get", "got", "earns", "earned", "pays", "paid", "costs", "cost", "spent", "spends",
                  "needs", "need", "total", "totals", "sold", "sells", "left", "remaining", "answer", "result"}
