@@ -28,12 +28,20 @@ rule train_grpo:
     params:
         command=lambda wc, input, output: training_command(wc.experiment, input, output),
     resources:
+        # One node: --gpus=G, run in the SLURM plugin's job step. Several nodes (the verl Ray launcher): per-node
+        # GRES (a job-wide --gpus=N*G breaks the steps), and `mpi` so the job's shell runs in the batch script
+        # itself; the plugin's own step would collapse the job to one node. The plugin insists on > 1 task per
+        # node for mpi jobs; the launcher starts exactly one Ray process per node with `srun --overlap`.
+        # (None = resource unset.)
         nodes=lambda wc: exp(wc)["resources"]["nodes"],
-        gpu=lambda wc: exp(wc)["resources"]["gpus_per_node"] * exp(wc)["resources"]["nodes"],
-        cpus_per_task=lambda wc: exp(wc)["resources"]["cpus_per_task"],
+        gpu=lambda wc: exp(wc)["resources"]["gpus_per_node"] if exp(wc)["resources"]["nodes"] == 1 else None,
+        gres=lambda wc: None if exp(wc)["resources"]["nodes"] == 1 else f"gpu:{exp(wc)['resources']['gpus_per_node']}",
+        mpi=lambda wc: None if exp(wc)["resources"]["nodes"] == 1 else "srun",
+        tasks_per_node=lambda wc: None if exp(wc)["resources"]["nodes"] == 1 else 2,
+        cpus_per_task=lambda wc: exp(wc)["resources"]["cpus_per_task"] // (1 if exp(wc)["resources"]["nodes"] == 1 else 2),
         mem_mb=lambda wc: exp(wc)["resources"]["mem_mb"],
         runtime=lambda wc: exp(wc)["resources"]["runtime"],
-    threads: lambda wc: exp(wc)["resources"]["cpus_per_task"]
+    threads: lambda wc: exp(wc)["resources"]["cpus_per_task"] // (1 if exp(wc)["resources"]["nodes"] == 1 else 2)
     log:
         "logs/train_grpo/{experiment}.log",
     conda:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,10 @@ TINY_SPEC = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2
 
 @pytest.fixture(scope="session")
 def tiny_base(tmp_path_factory, default_config) -> str:
+    return build_tiny_base(tmp_path_factory.mktemp("tinybase"), default_config)
+
+
+def build_tiny_base(root: Path, default_config: dict) -> str:
     """A tiny Qwen3 model dir (weights, tokenizer with chat template, generation_config) built by grpoflow.tiny
     from the shipped GSM8K sample, converted by the real data pipeline."""
     from grpoflow.config import resolve_config
@@ -25,7 +30,6 @@ def tiny_base(tmp_path_factory, default_config) -> str:
     from grpoflow.data.download import download_dataset
     from grpoflow.tiny import build_tiny_model
 
-    root = tmp_path_factory.mktemp("tinybase")
     cwd = os.getcwd()
     os.chdir(Path(__file__).resolve().parents[2])  # the dataset's local paths are relative to the repo
     try:
@@ -42,7 +46,10 @@ def tiny_base(tmp_path_factory, default_config) -> str:
 
 def write_checkpoint(base: str, root: Path, step: int, lora: bool) -> Path:
     torchrun = Path(sys.executable).parent / "torchrun"
-    cmd = [str(torchrun), "--nproc_per_node", "2", "--master_port", str(29500 + (os.getpid() % 1000) + (7 if lora else 0)),
+    with socket.socket() as sock:  # a free port for the rendezvous (other test runs may use torchrun too)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(port),
            str(HERE / "write_fsdp_checkpoint.py"), base, str(root), str(step)] + (["--lora"] if lora else [])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)

@@ -6,7 +6,8 @@ Loads HF_DIR, optionally wraps it with a PEFT LoRA adapter (non-zero B so the me
 with FSDP2 (``fully_shard`` per decoder layer and the root) over a gloo mesh, takes one real optimizer step
 (so the saved weights are not the base's), and saves with verl's own ``FSDPCheckpointManager`` to
 ``CKPT_ROOT/global_step_STEP/actor`` (per-rank shards, fsdp_config.json, huggingface/, lora_train_meta.json),
-then ``latest_checkpointed_iteration.txt`` like the trainer. Rank 0 also writes ``CKPT_ROOT/reference.pt``:
+then, like the trainer, the dataloader state (``global_step_STEP/data.pt``, a torchdata StatefulDataLoader's
+state_dict) and ``latest_checkpointed_iteration.txt``. Rank 0 also writes ``CKPT_ROOT/reference.pt``:
 the full state dict gathered with verl's ``get_fsdp_full_state_dict`` after the step, in bfloat16 (what the
 merged model must equal), plus the LoRA scaling.
 """
@@ -64,6 +65,12 @@ def main() -> None:
     if rank == 0:
         reference = {k: v.detach().to(torch.bfloat16).clone() for k, v in full.items()}
         torch.save({"state_dict": reference, "lora_scaling": scaling}, os.path.join(root, "reference.pt"))
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        loader = StatefulDataLoader(list(range(16)), batch_size=2, shuffle=True)
+        for _ in zip(range(step), loader):  # one batch per step, as the trainer consumes them
+            pass
+        torch.save(loader.state_dict(), os.path.join(root, f"global_step_{step}", "data.pt"))
         with open(os.path.join(root, "latest_checkpointed_iteration.txt"), "w") as fh:
             fh.write(str(step))
     dist.barrier()

@@ -118,6 +118,8 @@ def run_trainer(argv: list[str], nodes: int, gpus_per_node: int, env: dict[str, 
         if not os.environ.get("SLURM_JOB_ID"):
             raise GrpoflowError(f"trainer.nnodes = {nodes} needs a SLURM allocation of {nodes} nodes: submit with `snakemake --profile profiles/slurm`")
         cmd = ["bash", str(launcher_path()), "--nodes", str(nodes), "--gpus-per-node", str(gpus_per_node), "--", *argv]
+        # Every node starts Ray with this very interpreter (its env on shared storage), not whatever `python` is.
+        env = {"GRPOFLOW_PYTHON": sys.executable, **env}
     else:
         cmd = list(argv)
     log.info("running: %s", " ".join(cmd))

@@ -122,7 +122,6 @@ def validate_experiment(cfg: WorkflowConfig, experiment: str, quiet: bool = True
     exp = cfg.experiment(experiment)
     inputs = training_inputs(cfg, experiment)
     items = ov.build(exp, experiment, inputs, cfg.checkpoint_dir(experiment))
-    check_added_keys(items)
     argv = vcommand.trainer_argv(cfg, experiment, inputs, PLACEHOLDER_MODEL, os.getcwd())
     hydra_overrides = argv[len(ov.ENTRYPOINT.split()):]
     where = f"experiments.{experiment}"
@@ -130,6 +129,7 @@ def validate_experiment(cfg: WorkflowConfig, experiment: str, quiet: bool = True
         composed = compose(hydra_overrides)
     except Exception as err:  # Hydra's ConfigCompositionException / OverrideParseException
         raise ConfigError(f"{where}: verl 0.9.1 rejects the composed command: {' '.join(str(err).split())}")
+    check_added_keys(items)
     legacy = [k for k in ov.LEGACY_KEYS if OmegaConf.select(composed, k) not in (None, {}, [])]
     if legacy:
         raise ConfigError(f"{where}: {', '.join(legacy)} set, but verl 0.9.1's main_ppo ignores them (use {ov.LEGACY_KEYS[legacy[0]]})")

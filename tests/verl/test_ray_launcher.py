@@ -1,0 +1,150 @@
+"""The multi-node Ray launcher (src/grpoflow/scripts/ray_slurm.sh) on a real two-node SLURM (two slurmd on this
+host), with real `ray start` on CPU and stand-in GPUs. Only the trainer is replaced, at the very end, by a
+probe that attaches to the cluster like verl's main_ppo and reports what every Ray node is.
+
+Each job strips SLURM_* from its environment except SLURM_JOB_ID, as the Snakemake SLURM plugin does."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, job_state, leftover_ray, submit, wait_job
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+LAUNCHER = REPO / "src" / "grpoflow" / "scripts" / "ray_slurm.sh"
+PROBE = REPO / "tests" / "verl" / "ray_probe.py"
+BIN = Path(sys.executable).parent
+
+
+def job_script(command: str, port: int, extra_env: str = "") -> str:
+    return f"""#!/bin/bash
+for v in $(compgen -e | grep -E '^(SLURM_|SRUN_|SBATCH_)' | grep -vx SLURM_JOB_ID); do unset "$v"; done
+export PATH={BIN}:$PATH PYTHONPATH={REPO / 'src'} GRPOFLOW_PYTHON={sys.executable}
+export GRPOFLOW_RAY_PORT={port} GRPOFLOW_RAY_HEAD_ARGS="--include-dashboard=false --ray-client-server-port={port + 1}"
+export GRPOFLOW_PROBE_VAR="exported-$SLURM_JOB_ID" GRPOFLOW_STOP_GRACE_S=20
+{extra_env}
+exec {command}
+"""
+
+
+SBATCH = ["--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=2", "--gres=gpu:8", "--mem=8000", "-t", "10"]
+
+
+def launch(tmp_path: Path, trainer: str, port: int, *, nodes: int = 2, extra_env: str = "") -> str:
+    cmd = f"bash {LAUNCHER} --nodes {nodes} --gpus-per-node 8 -- {trainer}"
+    return submit(job_script(cmd, port, extra_env), SBATCH, tmp_path)
+
+
+def output(tmp_path: Path) -> str:
+    return (tmp_path / "slurm.out").read_text(errors="replace")
+
+
+def assert_torn_down(job: str, log: str) -> None:
+    assert "Ray stopped" in log
+    deadline = time.monotonic() + 20
+    while leftover_ray(job) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not leftover_ray(job), leftover_ray(job)
+
+
+def test_two_nodes_one_ray_node_each(local_slurm, tmp_path):
+    started = time.monotonic()
+    job = launch(tmp_path, f"python {PROBE} --out {tmp_path / 'probe.json'}", 36500)
+    state = wait_job(job)
+    log = output(tmp_path)
+    assert state["JobState"] == "COMPLETED" and state["ExitCode"] == "0:0", log[-4000:]
+    probe = json.loads((tmp_path / "probe.json").read_text())
+    nodes = local_slurm["nodes"]
+    # the node list came from squeue + scontrol (SLURM_JOB_NODELIST was stripped), head = first node
+    assert f"2 node(s): {' '.join(nodes)}; head {nodes[0]}" in log
+    # exactly one Ray node per SLURM node, each started inside that node's srun step
+    assert sorted(n["slurm_node"] for n in probe["nodes"]) == nodes
+    assert len({n["node_id"] for n in probe["nodes"]}) == 2
+    # the trainer runs on the head, attached to the launcher's cluster, seeing 2 x 8 GPUs
+    assert probe["driver_slurm_node"] == nodes[0] and probe["ray_address"].endswith(":36500")
+    assert probe["cluster_gpus"] == 16 and sorted(probe["gpus_per_node"].values()) == [8, 8]
+    # the environment reached every node before `ray start`
+    assert {n["test_var"] for n in probe["nodes"]} == {f"exported-{job}"}
+    assert "Ray cluster ready: 2 node(s), 16 GPU(s)" in log
+    assert_torn_down(job, log)
+    print(f"two-node launch + probe + teardown: {time.monotonic() - started:.0f} s")
+
+
+def test_trainer_failure_still_tears_ray_down(local_slurm, tmp_path):
+    job = launch(tmp_path, f"python {PROBE} --out {tmp_path / 'probe.json'} --exit-code 3", 36510)
+    state = wait_job(job)
+    log = output(tmp_path)
+    assert state["JobState"] == "FAILED" and state["ExitCode"] == "3:0", log[-3000:]
+    assert "trainer exited with status 3" in log and (tmp_path / "probe.json").exists()
+    assert_torn_down(job, log)
+
+
+def test_stop_signal_stops_trainer_and_ray(local_slurm, tmp_path):
+    job = launch(tmp_path, f"python {PROBE} --out {tmp_path / 'probe.json'} --sleep 300", 36520)
+    deadline = time.monotonic() + 180
+    while not (tmp_path / "probe.json").exists():
+        assert time.monotonic() < deadline and job_state(job)["JobState"] in ("PENDING", "RUNNING"), output(tmp_path)[-3000:]
+        time.sleep(1)
+    trainer_pid = json.loads((tmp_path / "probe.json").read_text())["pid"]
+    signalled = time.monotonic()
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job], check=True)  # what --signal=B:USR1@... sends
+    state = wait_job(job, timeout=120)
+    log = output(tmp_path)
+    assert time.monotonic() - signalled < 60
+    assert "received SIGUSR1: shutting down" in log and "stopping the trainer" in log
+    assert state["ExitCode"] == f"{128 + 10}:0", state
+    with pytest.raises(ProcessLookupError):
+        os.kill(trainer_pid, 0)
+    assert_torn_down(job, log)
+
+
+def test_a_worker_that_cannot_start_fails_fast(local_slurm, tmp_path):
+    # --include-dashboard is a head-only flag: the worker's `ray start` refuses it and exits.
+    job = launch(tmp_path, f"python {PROBE} --out {tmp_path / 'probe.json'}", 36530,
+                 extra_env='export GRPOFLOW_RAY_START_ARGS="--include-dashboard=false"; unset GRPOFLOW_RAY_HEAD_ARGS')
+    started = time.monotonic()
+    state = wait_job(job, timeout=180)
+    log = output(tmp_path)
+    assert state["JobState"] == "FAILED", log[-3000:]
+    assert time.monotonic() - started < 90, "no 10-minute wait for a node that already died"
+    assert "a Ray node's start command exited" in log and "Ray did not reach 2 node(s) x 8 GPU(s)" in log
+    assert not (tmp_path / "probe.json").exists()
+    assert_torn_down(job, log)
+
+
+def test_node_count_mismatch_is_refused(local_slurm, tmp_path):
+    job = launch(tmp_path, f"python {PROBE} --out {tmp_path / 'probe.json'}", 36540, nodes=3)
+    state = wait_job(job)
+    assert state["JobState"] == "FAILED"
+    assert "the job has 2 node(s)" in output(tmp_path) and "but trainer.nnodes = 3" in output(tmp_path)
+
+
+def test_wrapper_runs_multi_node_through_the_launcher(local_slurm, tmp_path, tiny_model):
+    """grpoflow.verl.train with trainer.nnodes=2 goes through the launcher (the probe sees both nodes); the probe
+    trains nothing, so the wrapper then reports the zero-step exit instead of writing a marker."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    train = tmp_path / "train.parquet"
+    pq.write_table(pa.table({"prompt": [[{"role": "user", "content": str(i)}] for i in range(8)]}), train)
+    overrides = (f"trainer.total_training_steps=2 trainer.default_local_dir={tmp_path}/ckpt trainer.n_gpus_per_node=8 trainer.nnodes=2 "
+                 f"trainer.experiment_name=e data.train_files={train} data.train_batch_size=4 actor_rollout_ref.model.path={tiny_model} "
+                 "data.max_prompt_length=16 data.max_response_length=16")
+    wrapper = (f"python -m grpoflow.verl.train --marker {tmp_path}/out/marker.json --metrics {tmp_path}/out/metrics.jsonl -- "
+               f"python {PROBE} --out {tmp_path / 'probe.json'} {overrides}")
+    job = submit(job_script(wrapper, 36550), SBATCH, tmp_path)
+    state = wait_job(job)
+    log = output(tmp_path)
+    assert state["ExitCode"] == "1:0", log[-3000:]
+    probe = json.loads((tmp_path / "probe.json").read_text())
+    assert sorted(n["slurm_node"] for n in probe["nodes"]) == local_slurm["nodes"]
+    assert "grpoflow: error: verl exited 0 but ran 0 steps of the planned 2" in log
+    assert not (tmp_path / "out" / "marker.json").exists()
+    assert_torn_down(job, log)
