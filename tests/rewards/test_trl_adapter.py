@@ -98,9 +98,16 @@ def test_group_rewards_refuse_split_or_mixed_groups():
     fn = rw.reward_funcs[0]
     comps = [t for t, _ in TEXTS]
     with pytest.raises(GrpoflowError, match="not a multiple of num_generations"):
-        fn(prompts=["a"] * 6, completions=comps[:6], ground_truth=["72"] * 6)
-    with pytest.raises(GrpoflowError, match="not contiguous"):
-        fn(prompts=["a", "b"] * 4, completions=comps, ground_truth=["72"] * 8)
+        fn(completions=comps[:6], ground_truth=["72"] * 6)  # no prompts: chunks of num_generations
+    with pytest.raises(GrpoflowError, match=r"sizes \[3, 5\]"):
+        fn(prompts=["a"] * 3 + ["b"] * 5, completions=comps, ground_truth=["72"] * 8)
+    # groups are the runs of identical prompts, whatever the prompts are
+    ids = [[1] * k for k in range(1, 9)]
+    truths = ["72"] * 4 + ["420"] * 4
+    got = fn(prompts=["b"] * 4 + ["a"] * 4, completions=list(comps), completion_ids=ids, ground_truth=truths)
+    samples = [Sample(c, t, len(i)) for c, t, i in zip(comps, truths, ids)]
+    assert got == RewardSet({"funcs": ["length"]}).score(samples, [[0, 1, 2, 3], [4, 5, 6, 7]]).components["length"]
+    assert got != [0.0] * 8
     with pytest.raises(GrpoflowError, match="num_generations >= 2"):
         build_reward_funcs({"funcs": ["length"]}, 1)
 
@@ -111,6 +118,9 @@ def test_ground_truth_columns():
     assert fn(prompts=["p"], completions=[f"{B}{{7}}"], ground_truth=["7"]) == [1.0]
     with pytest.raises(GrpoflowError, match="ground truth"):
         fn(prompts=["p"], completions=[f"{B}{{8}}"], answer=["7"])
+    comps = [f"{B}{{7}}"]  # the same completions list with another ground truth is another batch
+    assert fn(prompts=["p"], completions=comps, ground_truth=["7"]) == [1.0]
+    assert fn(prompts=["p"], completions=comps, ground_truth=["8"]) == [0.0]
 
 
 def test_lengths_are_tokens_from_completion_ids():

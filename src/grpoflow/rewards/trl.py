@@ -12,12 +12,14 @@ first call scores the whole batch (every component, the verdicts) and the others
 logs, through TRL's ``log_metric``: ``accuracy`` (fraction verified correct), ``answer_found``,
 ``verify_errors`` (verifier timeouts/errors in the batch) and ``reward_unnormalized`` (mean R before z-norm).
 
-Group-level terms need each prompt's ``num_generations`` completions together and contiguous (TRL's layout on
-one process); the functions check this and fail loudly otherwise.
+Group-level terms need each prompt's completions together and contiguous in one call (TRL's layout on one
+process): groups are the runs of identical prompts; groups of different sizes in one call (a prompt split across
+processes) raise, a uniform size other than ``num_generations`` (evaluation) is logged once.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -29,6 +31,7 @@ from grpoflow.rewards.funcs import Sample
 __all__ = ["build_reward_funcs", "TrlRewards", "completion_text", "ZNORM_FUNC"]
 
 ZNORM_FUNC = "per_prompt_znorm"
+log = logging.getLogger("grpoflow.rewards")
 
 
 @dataclass
@@ -87,14 +90,17 @@ class _Batch:
         self.tokenizer = tokenizer
         self._lock = threading.Lock()
         # The batch last scored: TRL passes the very same list objects to each reward function of one batch.
-        self._last: tuple[Sequence, Scores] | None = None
+        self._last: tuple[tuple, Scores] | None = None
+        self._warned_size = False
 
     def scores(self, prompts: Sequence, completions: Sequence, completion_ids: Sequence | None, kwargs: dict) -> Scores:
+        # TRL builds these lists once per batch and hands the same objects to every reward function.
+        refs = (completions, prompts, kwargs.get("ground_truth", kwargs.get("reward_model")))
         with self._lock:
-            if self._last is not None and self._last[0] is completions:
+            if self._last is not None and all(a is b for a, b in zip(self._last[0], refs)):
                 return self._last[1]
             scores = self._score(prompts, completions, completion_ids, kwargs)
-            self._last = (completions, scores)
+            self._last = (refs, scores)
         self._log(scores, kwargs.get("log_metric"))
         return scores
 
@@ -107,23 +113,37 @@ class _Batch:
             texts = [completion_text(c) for c in completions]
         lengths = [len(ids) for ids in completion_ids] if completion_ids is not None else [None] * n
         samples = [Sample(t, g, n_tokens=k) for t, g, k in zip(texts, truths, lengths)]
-        groups = None
-        if self.rset.needs_groups:
-            g = self.num_generations
+        groups = self._groups(prompts, n) if self.rset.needs_groups else None
+        return self.rset.score(samples, groups)
+
+    def _groups(self, prompts: Sequence | None, n: int) -> list[list[int]]:
+        """The prompt groups of a batch: runs of identical prompts (TRL keeps a prompt's completions together;
+        evaluation may use another group size), or chunks of num_generations when prompts are not given."""
+        g = self.num_generations
+        if prompts is None or len(prompts) != n:
             if n % g:
                 raise GrpoflowError(
                     f"group-level rewards got {n} completions, not a multiple of num_generations={g}: each reward "
                     "call must hold whole prompt groups (one process, or per-device batches of whole groups)"
                 )
-            groups = contiguous_groups(n, g)
-            if prompts is not None and len(prompts) == n:
-                for grp in groups:
-                    if any(prompts[i] != prompts[grp[0]] for i in grp):
-                        raise GrpoflowError(
-                            "the completions of one prompt are not contiguous in the reward batch: group-level "
-                            "rewards (length, per_prompt normalisation) need TRL's default sampler on one process"
-                        )
-        return self.rset.score(samples, groups)
+            return contiguous_groups(n, g)
+        groups: list[list[int]] = []
+        for i in range(n):
+            if groups and prompts[i] == prompts[groups[-1][0]]:
+                groups[-1].append(i)
+            else:
+                groups.append([i])
+        sizes = {len(grp) for grp in groups}
+        if len(sizes) > 1:
+            raise GrpoflowError(
+                f"group-level rewards got prompt groups of sizes {sorted(sizes)} in one call: a prompt's "
+                f"completions are split across calls (several processes?); they need whole groups of {g}"
+            )
+        if sizes != {g} and not self._warned_size:
+            self._warned_size = True
+            log.warning("grpoflow.rewards: group-level rewards computed over groups of %d completions (num_generations "
+                        "is %d): expected in evaluation with num_generations_eval, a bug in training", sizes.pop(), g)
+        return groups
 
     def _log(self, scores: Scores, log_metric) -> None:
         if log_metric is None or not scores.total:
