@@ -196,9 +196,6 @@ _WORDNUM_RE = re.compile(
 _CONTEXT_WORDS = {"in", "after", "per", "within", "over", "every", "each", "for", "from", "by", "at", "on",
                   "step", "steps", "day", "week", "month", "year", "part", "page", "of",
                   "not", "than", "except", "without"}  # "5, not 6": a rejected value is not the result
-_RESULT_WORDS = {"is", "are", "was", "were", "be", "equals", "equal", "=", "makes", "make", "has", "have", "had",
-                 "gets", "get", "got", "earns", "earned", "pays", "paid", "costs", "cost", "spent", "spends",
-                 "needs", "need", "total", "totals", "sold", "sells", "left", "remaining", "answer", "result"}
 # A clause that restates the result in other units or words ("72 muffins, which is 6 dozen").
 _RESTATE_RE = re.compile(
     r",\s*(?:which|i\.e\.|that\s+is|that's|or\s+about|or\s+approximately|equivalent|also|so\s+about)\b"
