@@ -2,8 +2,8 @@
 
 ``RewardSet(rewards_cfg)`` is what every backend builds from an experiment's ``rewards`` section. ``score``
 computes all components for a batch whose groups (the completions of one prompt) are given, the weighted
-total, the per-prompt normalised total and each sample's verdict. The pure helpers ``kimi_length`` and
-``znorm`` are shared with the verl advantage estimator, which applies the group-level terms there.
+total, the per-prompt normalised total and each sample's verdict. ``znorm`` and ``groups_of`` (with ``funcs.kimi_length``) are shared with the verl advantage estimator,
+which applies the group-level terms there.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from grpoflow.rewards.funcs import Sample, kimi_length
+from grpoflow.rewards.funcs import Sample
 from grpoflow.rewards.registry import RewardSpec, check_reward_config, registry, resolve_params
 from grpoflow.rewards.verifier import verify_many
 
-__all__ = ["RewardSet", "Scores", "kimi_length", "znorm", "groups_of", "contiguous_groups", "needs_group_terms"]
+__all__ = ["RewardSet", "Scores", "znorm", "groups_of", "contiguous_groups", "needs_group_terms"]
 
 
 def needs_group_terms(rewards_cfg: dict, where: str = "rewards") -> bool:

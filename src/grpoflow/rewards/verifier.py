@@ -121,7 +121,6 @@ _BASE_RE = re.compile(r"^\s*(?:\\text\s*\{)?([0-9A-Za-z]+)\}?\s*_\s*\{?\s*(\d{1,
 _HEDGE_WORD_RE = re.compile(r"\\text\s*\{\s*or\s*\}|(?<![a-z])or(?![a-z])|\\lor\b|\\vee\b|\bmaybe\b|\beither\b", re.I)
 _LIST_SPLIT_RE = re.compile(r"\s*(?:,|;|\\text\s*\{\s*,?\s*and\s*\}|\band\b)\s*")
 _THOUSANDS_RE = re.compile(r"^\s*[-+]?\\?\$?\d{1,3}(?:,\d{3})+(?:\.\d+)?\s*$")
-_BRACKETS = "()[]\\{\\}"
 # Inputs that would make sympy compute for minutes or exhaust memory: towers of exponents, factorials of large
 # numbers, numbers with hundreds of digits. Checked on the answer only (a ground truth may legitimately be big).
 _PATHOLOGICAL_RE = re.compile(
