@@ -2,8 +2,8 @@
 
 ``RewardSet(rewards_cfg)`` is what every backend builds from an experiment's ``rewards`` section. ``score``
 computes all components for a batch whose groups (the completions of one prompt) are given, the weighted
-total, the per-prompt normalised total and each sample's verdict. ``znorm`` and ``groups_of`` (with ``funcs.kimi_length``) are shared with the verl advantage estimator,
-which applies the group-level terms there.
+total, the per-prompt normalised total and each sample's verdict. ``znorm`` and ``groups_of`` (with
+``funcs.kimi_length``) are shared with the verl advantage estimator, which applies the group-level terms there.
 """
 
 from __future__ import annotations
