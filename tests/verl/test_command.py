@@ -67,10 +67,11 @@ def test_fastmath_rewards_reach_verl():
     cfg = resolved("config/qwen3-32b-fastmath-rewards.yaml")
     o = composed(cfg, "qwen3-32b-fastmath-rewards")
     assert o["algorithm.adv_estimator"] == "grpoflow"  # group terms: length + per-prompt z-norm
-    assert o["reward.custom_reward_function.reward_kwargs.funcs"] == "['format2','cosine','length']"
+    assert o["reward.custom_reward_function.reward_kwargs.funcs"].replace("'", "") == "[format2,cosine,length]"
     assert o["reward.custom_reward_function.reward_kwargs.normalize"] == "per_prompt"
     assert o["reward.custom_reward_function.reward_kwargs.params.cosine.max_len"] == "30000"
-    assert o["reward.custom_reward_function.path"] == "$PWD/src/grpoflow/rewards/verl.py"
+    assert o["reward.custom_reward_function.path"] in ("pkg://grpoflow.rewards.verl", "$PWD/src/grpoflow/rewards/verl.py")
+    assert str(REPO) not in o["reward.custom_reward_function.path"], "no checkout path baked into the command"
     assert o["actor_rollout_ref.actor.use_kl_loss"] == "false" and "actor_rollout_ref.actor.kl_loss_coef" not in o
     cmd = vc.command(cfg, "qwen3-32b-fastmath-rewards", training_inputs(cfg, "qwen3-32b-fastmath-rewards"), OUTPUTS)
     assert cmd.startswith("env VERL_USE_EXTERNAL_MODULES=grpoflow.rewards.verl_plugin python -m grpoflow.verl.train")

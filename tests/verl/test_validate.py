@@ -25,7 +25,7 @@ def test_shipped_config_validates_against_verl(path):
     results = validate_config_files([str(REPO / path)])
     assert results and all(r["overrides"] > 50 for r in results)
     for r in results:
-        assert r["reward_function"].endswith("src/grpoflow/rewards/verl.py:compute_score")
+        assert r["reward_function"] in ("pkg://grpoflow.rewards.verl:compute_score", f"{REPO}/src/grpoflow/rewards/verl.py:compute_score")
         assert r["adv_estimator"] in ("grpo", "grpoflow")
     assert time.perf_counter() - started < 60
 
