@@ -1,5 +1,13 @@
-"""Rule train_sft_demo (not implemented yet: issue #4)."""
+"""Rule train_sft_demo: a short TRL SFT run written as an SFT run dir (global_step_N/huggingface/)."""
 
-from grpoflow.workflow import not_implemented
+from grpoflow.train.sft_demo import run_sft
+from grpoflow.workflow import run_job
 
-not_implemented(snakemake, issue=4)  # noqa: F821 (snakemake is injected by the script directive)
+run_job(
+    snakemake,  # noqa: F821 (injected by the script directive)
+    run_sft,
+    spec=snakemake.params.spec,  # noqa: F821
+    model_dir=snakemake.input.model,  # noqa: F821
+    train_parquet=snakemake.input.train,  # noqa: F821
+    run_dir=snakemake.output.run_dir,  # noqa: F821
+)

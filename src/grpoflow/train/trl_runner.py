@@ -1,0 +1,331 @@
+"""GRPO training with TRL's ``GRPOTrainer`` (the trl backend), resumable and honest about completion.
+
+``run_training(spec)`` (spec from ``grpoflow.train.trl_grpo.training_spec``):
+
+1. reads the start model from sft.json, the prompts from the train Parquet (overlong prompts dropped, like
+   verl's ``filter_overlong_prompts``), the reward from ``grpoflow.rewards``;
+2. resumes from the newest *complete* ``checkpoint-N`` in the checkpoint dir (cut-off saves are removed), after
+   checking the checkpoints were trained with the same setup (``grpoflow_run.json``); a dir trained with a
+   different setup is an error, never silently continued;
+3. trains ``grpo.total_steps`` optimizer steps of ``prompts_per_step × num_generations`` completions, saving
+   every ``grpo.save_freq`` steps and at the end (tokenizer + chat template in every checkpoint), appending one
+   metrics row per step to ``<checkpoint_dir>/train_metrics.jsonl`` (the live copy, kept across restarts);
+4. on SIGTERM (SLURM time limit, Ctrl-C in Snakemake) finishes the current step, saves a checkpoint and exits 1;
+5. only when the final step equals ``grpo.total_steps``: writes the metrics output and then the completion marker,
+   each atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+import signal
+import time
+from pathlib import Path
+
+from grpoflow.config import config_hash
+from grpoflow.discovery import model_path as sft_model_path
+from grpoflow.errors import ConfigError, DataError, GrpoflowError
+from grpoflow.io import atomic_write_json, atomic_write_jsonl, read_json
+from grpoflow.provenance import provenance
+from grpoflow.rewards.trl import ZNORM_FUNC, build_reward_funcs
+from grpoflow.train.rl_data import read_rl_rows
+from grpoflow.train.trl_checkpoints import LIVE_METRICS, RUN_RECORD, checkpoints, is_complete, latest_complete
+
+log = logging.getLogger(__name__)
+
+# TRL's logged names -> the project's metric names (docs/ARCHITECTURE.md); rewards/<f>/mean -> reward/<f>.
+# accuracy, answer_found, verify_errors, reward_unnormalized come from grpoflow.rewards' TRL adapter (log_metric).
+METRIC_NAMES = {
+    "reward": "reward",
+    "reward_std": "reward_std",
+    "accuracy": "accuracy",
+    "answer_found": "answer_found",
+    "verify_errors": "verify_errors",
+    "completions/mean_length": "response_length",
+    "completions/max_length": "response_length_max",
+    "completions/clipped_ratio": "truncated_fraction",
+    "clip_ratio/region_mean": "clip_ratio",
+    "frac_reward_zero_std": "frac_reward_zero_std",
+    "kl": "kl",
+    "entropy": "entropy",
+    "loss": "loss",
+    "learning_rate": "learning_rate",
+    "grad_norm": "grad_norm",
+    "step_time": "time_s",
+}
+
+# Settings that do not change what the steps already trained did: a rerun may change them and still resume.
+RESUMABLE_CHANGES = {("grpo", "total_steps"), ("grpo", "save_freq"), ("grpo", "max_checkpoints_to_keep"), ("trl", "logging_steps")}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Metrics
+
+
+def metrics_row(step: int, logs: dict) -> dict:
+    row: dict = {"step": step}
+    for key, value in logs.items():
+        if isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value)):
+            if key in METRIC_NAMES:
+                row[METRIC_NAMES[key]] = value
+            elif key.startswith("rewards/") and key.endswith("/mean") and key != f"rewards/{ZNORM_FUNC}/mean":
+                row["reward/" + key[len("rewards/") : -len("/mean")]] = value
+    # With per-prompt z-norm TRL's `reward` is the normalised sum (~0); the report wants R itself.
+    if isinstance(logs.get("reward_unnormalized"), (int, float)):
+        row["reward"] = logs["reward_unnormalized"]
+    return row
+
+
+def read_metrics(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:  # a line cut off by a kill mid-write
+            continue
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Checkpoint dir: resume point, setup record
+
+
+def _flatten(d: dict, prefix: tuple = ()) -> dict[tuple, object]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, prefix + (k,)))
+        else:
+            out[prefix + (k,)] = v
+    return out
+
+
+def resume_setup(spec: dict, model_path: str) -> dict:
+    """What the checkpoints depend on: the spec minus output paths and RESUMABLE_CHANGES, plus the start model."""
+    setup = {"model": model_path, "train": spec["train"], "grpo": dict(spec["grpo"]), "rewards": spec["rewards"], "trl": dict(spec["trl"])}
+    for section, key in RESUMABLE_CHANGES:
+        setup[section].pop(key, None)
+    return setup
+
+
+def prepare_checkpoint_dir(spec: dict, model_path: str) -> Path | None:
+    """Checks and tidies the checkpoint dir; returns the checkpoint to resume from (None: start fresh)."""
+    ckpt_dir = Path(spec["checkpoint_dir"])
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    setup = resume_setup(spec, model_path)
+    record_path = ckpt_dir / RUN_RECORD
+    latest = latest_complete(ckpt_dir)
+    total = spec["grpo"]["total_steps"]
+    if latest:
+        step, path = latest
+        old = read_json(record_path)["setup"] if record_path.is_file() else None
+        if old is None:
+            raise ConfigError(f"config error: {ckpt_dir} holds checkpoints that grpoflow did not write ({path.name}, no {RUN_RECORD}): point checkpoint_dir elsewhere or delete that dir")
+        if old != setup:
+            before, now = _flatten(old), _flatten(setup)
+            changed = sorted(".".join(k) for k in set(before) | set(now) if before.get(k) != now.get(k))
+            raise ConfigError(f"config error: experiments.{spec['experiment']}: the checkpoints in {ckpt_dir} were trained with different settings ({', '.join(changed)}): delete {ckpt_dir} to train from scratch, or restore those settings to resume")
+        if step > total:
+            raise ConfigError(f"config error: experiments.{spec['experiment']}.grpo.total_steps = {total} but {path} is already past it: raise total_steps, or delete {ckpt_dir} to train from scratch")
+    latest_step = latest[0] if latest else 0
+    for step, path in checkpoints(ckpt_dir).items():
+        if step > latest_step and not is_complete(path, step):
+            log.warning("removing %s: its save was cut off (no complete trainer_state.json)", path)
+            shutil.rmtree(path)
+    atomic_write_json(record_path, {"setup": setup, "setup_hash": config_hash(setup)})
+    # Steps after the resume point are trained again: drop their rows from the live metrics.
+    live = ckpt_dir / LIVE_METRICS
+    atomic_write_jsonl(live, [r for r in read_metrics(live) if r.get("step", 0) <= latest_step])
+    if latest:
+        log.info("resuming from %s (step %d of %d)", latest[1], latest_step, total)
+        return latest[1]
+    log.info("no checkpoint in %s: training from the start model", ckpt_dir)
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Data
+
+
+def load_prompts(parquet: str, tokenizer, max_prompt_length: int, where: str):
+    """The train split as a ``datasets.Dataset`` with ``prompt`` (chat messages) and the reward's columns."""
+    from datasets import Dataset
+
+    rows = read_rl_rows(parquet, f"the training data ({where}.data)")
+    texts = [tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True) for r in rows]
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    kept = [r for r, n in zip(rows, lengths) if n <= max_prompt_length]
+    if not kept:
+        raise DataError(f"every prompt of {parquet} is longer than {where}.grpo.max_prompt_length = {max_prompt_length} tokens (shortest: {min(lengths, default=0)}): raise max_prompt_length")
+    if len(kept) < len(rows):
+        log.warning("dropped %d of %d prompts longer than grpo.max_prompt_length = %d tokens", len(rows) - len(kept), len(rows), max_prompt_length)
+    return Dataset.from_list(
+        [{"prompt": r["prompt"], "ground_truth": r["reward_model"]["ground_truth"], "data_source": r.get("data_source"), "extra_info": r.get("extra_info") or {}} for r in kept]
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Trainer callbacks
+
+
+def _callbacks(live_metrics: Path):
+    from transformers import TrainerCallback
+
+    class MetricsLog(TrainerCallback):
+        """One row per logged step, appended and flushed, so a killed run keeps what it measured."""
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not logs or "train_runtime" in logs or state.global_step == 0:
+                return
+            with open(live_metrics, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(metrics_row(state.global_step, logs)) + "\n")
+
+    class StopOnSigterm(TrainerCallback):
+        """SIGTERM ends the run at the next step boundary with a checkpoint; a second SIGTERM kills at once."""
+
+        def __init__(self):
+            self.requested = False
+            signal.signal(signal.SIGTERM, self._handler)
+
+        def _handler(self, signum, frame):
+            log.warning("SIGTERM: saving a checkpoint after this step, then stopping (send again to stop now)")
+            self.requested = True
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.requested:
+                control.should_save = True
+                control.should_training_stop = True
+            return control
+
+    return [MetricsLog(), StopOnSigterm()]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Training
+
+
+def grpo_config_kwargs(spec: dict) -> dict:
+    grpo, trl = spec["grpo"], spec["trl"]
+    G = grpo["num_generations"]
+    completions = grpo["prompts_per_step"] * G
+    micro = trl["completions_per_device_batch"] or completions
+    lora = grpo.get("lora") or {}
+    kwargs = dict(
+        output_dir=spec["checkpoint_dir"],
+        max_steps=grpo["total_steps"],
+        # One generation round of prompts_per_step × G completions per optimizer step, in micro-batches of `micro`.
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=completions // micro,
+        num_generations=G,
+        max_completion_length=grpo["max_response_length"],
+        learning_rate=grpo["learning_rate"],
+        lr_scheduler_type=grpo["lr_scheduler"],
+        warmup_steps=grpo["lr_warmup_ratio"],
+        beta=grpo["kl_coef"],
+        epsilon=grpo["clip_ratio"],
+        epsilon_high=grpo["clip_ratio_high"] if grpo["clip_ratio_high"] is not None else grpo["clip_ratio"],
+        max_grad_norm=grpo["max_grad_norm"],
+        temperature=grpo["temperature"],
+        top_p=grpo["top_p"],
+        top_k=0 if grpo["top_k"] < 0 else grpo["top_k"],
+        loss_type=trl["loss_type"],
+        seed=grpo["seed"],
+        data_seed=grpo["seed"],
+        save_strategy="steps",
+        save_steps=grpo["save_freq"],
+        save_total_limit=grpo["max_checkpoints_to_keep"],
+        logging_steps=trl["logging_steps"],
+        use_cpu=trl["use_cpu"],
+        # TRL defaults to bf16 and gradient checkpointing; on CPU both only slow training down (or fail).
+        bf16=not trl["use_cpu"],
+        gradient_checkpointing=not trl["use_cpu"] and lora.get("rank", 0) == 0,
+        model_init_kwargs={"dtype": "float32" if trl["use_cpu"] else "auto", "trust_remote_code": spec["trust_remote_code"]},
+        remove_unused_columns=False,
+        report_to=[],
+        disable_tqdm=True,
+        save_only_model=False,
+    )
+    extra = dict(trl.get("extra_args") or {})
+    kwargs.update(extra)
+    return kwargs
+
+
+def peft_config(lora: dict):
+    if not lora or lora.get("rank", 0) <= 0:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=lora["rank"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"], target_modules=lora["target_modules"], task_type="CAUSAL_LM")
+
+
+def run_training(spec: dict) -> dict:
+    import torch
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    name, grpo = spec["experiment"], spec["grpo"]
+    where = f"experiments.{name}"
+    total = grpo["total_steps"]
+    model_path = sft_model_path(spec["sft"])
+    resume = prepare_checkpoint_dir(spec, model_path)
+    ckpt_dir = Path(spec["checkpoint_dir"])
+    live_metrics = ckpt_dir / LIVE_METRICS
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=spec["trust_remote_code"])
+    if tokenizer.chat_template is None:
+        raise DataError(f"the start model's tokenizer ({model_path}) has no chat template: GRPO renders the dataset's chat prompts with it; use an SFT checkpoint saved with its tokenizer")
+    train = load_prompts(spec["train"], tokenizer, grpo["max_prompt_length"], where)
+    rewards = build_reward_funcs(spec["rewards"], grpo["num_generations"], tokenizer=tokenizer, max_response_length=grpo["max_response_length"])
+    try:
+        args = GRPOConfig(**{**grpo_config_kwargs(spec), **rewards.config_kwargs})
+    except TypeError as exc:  # an unknown key in trl.extra_args
+        raise ConfigError(f"config error: {where}.trl.extra_args: {exc}: see trl.GRPOConfig for the accepted arguments")
+    except ValueError as exc:
+        raise ConfigError(f"config error: {where}: TRL rejects the settings: {exc}")
+    lora = peft_config(grpo.get("lora"))
+    torch.manual_seed(grpo["seed"])
+    trainer = GRPOTrainer(
+        model=model_path,
+        reward_funcs=rewards.reward_funcs,
+        args=args,
+        train_dataset=train,
+        processing_class=tokenizer,
+        peft_config=lora,
+        callbacks=_callbacks(live_metrics),
+    )
+    started = time.time()
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    final_step = trainer.state.global_step
+    log.info("training stopped at step %d of %d after %.0f s", final_step, total, time.time() - started)
+    if final_step != total:
+        raise GrpoflowError(f"training of {name} stopped at step {final_step} of grpo.total_steps = {total} (interrupted); the checkpoints in {ckpt_dir} are kept: rerun to resume")
+    final = ckpt_dir / f"checkpoint-{final_step}"
+    if not is_complete(final, final_step):
+        raise GrpoflowError(f"training of {name} reached step {final_step} but {final} is missing or incomplete: rerun to save it again")
+
+    rows = [r for r in read_metrics(live_metrics) if r["step"] <= final_step]
+    if not rows:
+        raise GrpoflowError(f"training of {name} logged no metrics to {live_metrics}: check trl.logging_steps")
+    atomic_write_jsonl(spec["metrics"], rows)
+    marker = {
+        "experiment": name,
+        "backend": "trl",
+        "planned_steps": total,
+        "final_step": final_step,
+        "checkpoint_dir": str(ckpt_dir),
+        "final_checkpoint": str(final),
+        "checkpoint_format": "peft_adapter" if lora else "hf_model",
+        "start_model": model_path,
+        "metrics_summary": rows[-1],
+        "provenance": provenance({k: v for k, v in spec.items() if k not in ("marker", "metrics")}),
+    }
+    atomic_write_json(spec["marker"], marker)
+    log.info("training of %s complete: %s", name, json.dumps(rows[-1]))
+    return marker
+
