@@ -121,7 +121,8 @@ def summary_rows(evals: dict, experiments: dict[str, dict], models: dict[str, di
                 row[f"{b}.{key}"] = m[key]
             row[f"{b}.n_problems"] = data["n_problems"]
             base = evals.get((row["baseline"], b)) if row["baseline"] else None
-            row[f"{b}.delta_vs_sft"] = m["accuracy"] - base["metrics"]["accuracy"] if base else None
+            # Rounded: a difference of two fractions of n problems needs no 17 digits of float noise.
+            row[f"{b}.delta_vs_sft"] = round(m["accuracy"] - base["metrics"]["accuracy"], 12) if base else None
         rows.append(row)
     rows.sort(key=lambda r: (r.get(f"{primary}.accuracy") is None, -(r.get(f"{primary}.accuracy") or 0.0), r["model"]))
     for i, r in enumerate(rows, 1):
