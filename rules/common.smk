@@ -1,6 +1,7 @@
 # Configuration (validated before any job runs), wildcard constraints and input functions.
 
 import json
+import os
 import re
 import sys
 
@@ -54,12 +55,18 @@ def parquet(dataset, split):
     return CFG.parquet(dataset, split)
 
 
-def training_data(wildcards):
-    data = exp(wildcards)["data"]
-    files = {"train": parquet(data["dataset"], data["train_split"])}
+def training_paths(experiment):
+    """What train_grpo reads and writes (the rule's input and output, also handed to the command)."""
+    data = CFG.experiment(experiment)["data"]
+    inputs = {"train": parquet(data["dataset"], data["train_split"]), "sft": f"{RESULTS}/{experiment}/sft.json"}
     if data.get("val_split"):
-        files["val"] = parquet(data["dataset"], data["val_split"])
-    return files
+        inputs["val"] = parquet(data["dataset"], data["val_split"])
+    outputs = {"marker": f"{RESULTS}/{experiment}/training_complete.json", "metrics": f"{RESULTS}/{experiment}/train_metrics.jsonl"}
+    return inputs, outputs
+
+
+def training_inputs(wildcards):
+    return training_paths(wildcards.experiment)[0]
 
 
 # ---- SFT start ------------------------------------------------------------------------------------------------
@@ -81,6 +88,34 @@ def model_inputs(wildcards):
     if m["kind"] == "sft":
         return {"sft": f"{RESULTS}/{m['experiment']}/sft.json"}
     return {}
+
+
+def file_fingerprint(paths):
+    """(size, mtime) of user-provided files: a param, so editing such a file reruns what reads it, while a
+    missing file still reaches the job and fails there with one line naming the config key."""
+    out = {}
+    for p in paths:
+        st = os.stat(p) if os.path.isfile(p) else None
+        out[p] = [st.st_size, st.st_mtime_ns] if st else "missing"
+    return out
+
+
+def local_dataset_files(dataset):
+    ds = CFG.datasets[dataset]
+    return sorted(ds["local"].values()) if ds["source"] == "local" else []
+
+
+def benchmark_files(benchmark):
+    bench = CFG.evaluation["benchmarks"][benchmark]
+    return [bench["path"]] if "path" in bench else []
+
+
+def model_params(model):
+    """What identifies a model for `evaluate` (not which experiment happens to list a shared SFT start first)."""
+    entry = dict(CFG.models[model])
+    if entry["kind"] == "sft":
+        entry.pop("experiment")
+    return entry
 
 
 def benchmark_inputs(wildcards):
@@ -122,8 +157,8 @@ from grpoflow.evaluation.settings import evaluation_settings as _evaluation_sett
 from grpoflow.report import experiment_summary as _experiment_summary
 
 
-def training_command(experiment, input, output):
-    return _training_command(CFG, experiment, dict(input.items()), dict(output.items()))
+def training_command(experiment):
+    return _training_command(CFG, experiment, *training_paths(experiment))
 
 
 def benchmark_prompt(benchmark):

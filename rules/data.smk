@@ -6,6 +6,7 @@ rule download_data:
         manifest="resources/data/{dataset}/manifest.json",
     params:
         dataset=lambda wc: CFG.datasets[wc.dataset],
+        local_files=lambda wc: file_fingerprint(local_dataset_files(wc.dataset)),
     log:
         "logs/download_data/{dataset}.log",
     localrule: True  # compute nodes often have no internet; login nodes do

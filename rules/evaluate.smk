@@ -9,8 +9,9 @@ rule evaluate:
         metrics="results/{model}/eval/{benchmark}.json",
         samples="results/{model}/eval/{benchmark}.samples.jsonl",
     params:
-        model=lambda wc: CFG.models[wc.model],
+        model=lambda wc: model_params(wc.model),
         benchmark=lambda wc: CFG.evaluation["benchmarks"][wc.benchmark],
+        benchmark_file=lambda wc: file_fingerprint(benchmark_files(wc.benchmark)),
         benchmark_prompt=lambda wc: benchmark_prompt(wc.benchmark),
         settings=lambda wc: evaluation_settings(),
     resources:

@@ -19,14 +19,15 @@ rule discover_sft_checkpoint:
 
 rule train_grpo:
     input:
-        unpack(training_data),
-        sft="results/{experiment}/sft.json",
+        unpack(training_inputs),
     output:
         # Written only when training reached grpo.total_steps: a killed or short run never looks complete.
         marker="results/{experiment}/training_complete.json",
         metrics="results/{experiment}/train_metrics.jsonl",
     params:
-        command=lambda wc, input, output: training_command(wc.experiment, input, output),
+        # A function of the wildcards only: Snakemake ignores params that take input/output when it decides
+        # reruns, and a changed training setting must rerun training.
+        command=lambda wc: training_command(wc.experiment),
     resources:
         # One node: --gpus=G, run in the SLURM plugin's job step. Several nodes (the verl Ray launcher): per-node
         # GRES (a job-wide --gpus=N*G breaks the steps), and `mpi` so the job's shell runs in the batch script

@@ -315,28 +315,30 @@ def register_backend_check(backend: str):
 
 def _build_models(cfg: WorkflowConfig) -> None:
     """Every model that gets evaluated, by name: GRPO results, their SFT starting points, external models."""
+    # Entries are `evaluate` params: only what identifies the model goes in (not where it was configured),
+    # so adding an experiment never reruns another model's evaluations.
     models: dict[str, dict] = {}
+    defined_at: dict[str, str] = {}
 
     def add(mname: str, entry: dict, where: str) -> None:
         if mname in models and models[mname] != entry:
-            raise ConfigError(f"config error: {where}: model name {mname!r} is already used by {models[mname]['where']} for a different model; give one of them another name")
+            raise ConfigError(f"config error: {where}: model name {mname!r} is already used by {defined_at[mname]} for a different model; give one of them another name")
         models.setdefault(mname, entry)
+        defined_at.setdefault(mname, where)
 
     stages = cfg.evaluation["stages"]
     for name, exp in cfg.experiments.items():
         if "grpo" in stages:
-            add(name, {"kind": "grpo", "experiment": name, "where": f"experiments.{name}"}, f"experiments.{name}")
+            add(name, {"kind": "grpo", "experiment": name}, f"experiments.{name}")
         if "sft" in stages:
             sft = exp["sft"]
-            sft_key = {k: sft.get(k) for k in ("model", "run_dir", "hf_subdir", "step")}
-            entry = {"kind": "sft", "experiment": None, "sft": sft_key, "where": f"experiments.{name}.sft"}
+            sft_key = {k: sft.get(k) for k in ("model", "run_dir", "hf_subdir", "step", "trust_remote_code")}
             sname = sft.get("name") or f"{name}-sft"
             if sname in models and models[sname]["kind"] == "sft" and models[sname]["sft"] == sft_key:
                 continue  # shared SFT model: evaluated once, via the first experiment that uses it
-            entry["experiment"] = name
-            add(sname, entry, f"experiments.{name}.sft.name")
+            add(sname, {"kind": "sft", "experiment": name, "sft": sft_key}, f"experiments.{name}.sft.name")
     for mname, spec in cfg.evaluation["models"].items():
-        add(mname, {"kind": "external", "path": spec["path"], "trust_remote_code": spec["trust_remote_code"], "where": f"evaluation.models.{mname}"}, f"evaluation.models.{mname}")
+        add(mname, {"kind": "external", "path": spec["path"], "trust_remote_code": spec["trust_remote_code"]}, f"evaluation.models.{mname}")
     clash = set(models) & set(cfg.experiments) - {n for n, m in models.items() if m["kind"] == "grpo"}
     if clash:
         raise ConfigError(f"config error: name {sorted(clash)[0]!r} is both an experiment and another model: rename one")
@@ -344,6 +346,9 @@ def _build_models(cfg: WorkflowConfig) -> None:
 
 
 def _check_evaluation(cfg: WorkflowConfig) -> None:
+    from grpoflow.evaluation.settings import check_evaluation_config
+
+    check_evaluation_config(cfg.evaluation)
     for bname, bench in cfg.evaluation["benchmarks"].items():
         where = f"evaluation.benchmarks.{bname}"
         if "dataset" in bench:
