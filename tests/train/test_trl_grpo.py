@@ -136,7 +136,21 @@ def test_resume_refuses_checkpoints_trained_with_other_settings(short_run, tmp_p
         prepare_checkpoint_dir({**spec, "grpo": {**spec["grpo"], "total_steps": 2}}, model)
     # More steps (or another save frequency) continue the same run.
     longer = {**spec, "grpo": {**spec["grpo"], "total_steps": 10, "save_freq": 5}}
-    assert prepare_checkpoint_dir(longer, model) == ckpt / "checkpoint-3"
+    assert prepare_checkpoint_dir(longer, model) == (3, ckpt / "checkpoint-3")
+
+
+@pytest.mark.slow
+def test_rerun_after_the_last_step_rewrites_the_outputs_without_training(short_run, tmp_path):
+    cmd, paths = short_run
+    spec = json.loads(shlex.split(cmd)[4])
+    shutil.copytree(paths["checkpoint_dir"], tmp_path / "ckpt")
+    spec.update(checkpoint_dir=str(tmp_path / "ckpt"), marker=str(tmp_path / "marker.json"), metrics=str(tmp_path / "m.jsonl"))
+    proc = launch(f"python -m grpoflow.train.trl_grpo --spec {shlex.quote(json.dumps(spec))}", tmp_path / "log")
+    assert proc.wait(timeout=120) == 0, (tmp_path / "log").read_text()[-3000:]
+    assert "nothing left to train" in (tmp_path / "log").read_text()
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
+    assert read_jsonl(tmp_path / "m.jsonl") == read_jsonl(paths["metrics"])
+    assert json.loads((tmp_path / "marker.json").read_text())["final_step"] == 3
 
 
 @pytest.mark.slow

@@ -27,8 +27,7 @@ def training_spec(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: d
         "experiment": experiment,
         "sft": inputs["sft"],  # sft.json: its "path" is the model GRPO starts from (read when training starts)
         "trust_remote_code": exp["sft"]["trust_remote_code"],
-        "train": inputs["train"],
-        "val": inputs.get("val"),
+        "train": inputs["train"],  # inputs["val"] is not used: TRL validates nothing during training; `evaluate` does
         "grpo": exp["grpo"],
         "rewards": exp["rewards"],
         "trl": exp["trl"],

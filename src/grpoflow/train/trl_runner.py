@@ -32,7 +32,7 @@ from grpoflow.io import atomic_write_json, atomic_write_jsonl, read_json
 from grpoflow.provenance import provenance
 from grpoflow.rewards.trl import ZNORM_FUNC, build_reward_funcs
 from grpoflow.train.rl_data import read_rl_rows
-from grpoflow.train.trl_checkpoints import LIVE_METRICS, RUN_RECORD, checkpoints, is_complete, latest_complete
+from grpoflow.train.trl_checkpoints import LIVE_METRICS, RUN_RECORD, checkpoints, is_complete, is_peft_checkpoint, latest_complete
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +113,8 @@ def resume_setup(spec: dict, model_path: str) -> dict:
     return setup
 
 
-def prepare_checkpoint_dir(spec: dict, model_path: str) -> Path | None:
-    """Checks and tidies the checkpoint dir; returns the checkpoint to resume from (None: start fresh)."""
+def prepare_checkpoint_dir(spec: dict, model_path: str) -> tuple[int, Path] | None:
+    """Checks and tidies the checkpoint dir; returns (step, path) of the checkpoint to resume from, or None."""
     ckpt_dir = Path(spec["checkpoint_dir"])
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     setup = resume_setup(spec, model_path)
@@ -143,9 +143,9 @@ def prepare_checkpoint_dir(spec: dict, model_path: str) -> Path | None:
     atomic_write_jsonl(live, [r for r in read_metrics(live) if r.get("step", 0) <= latest_step])
     if latest:
         log.info("resuming from %s (step %d of %d)", latest[1], latest_step, total)
-        return latest[1]
-    log.info("no checkpoint in %s: training from the start model", ckpt_dir)
-    return None
+    else:
+        log.info("no checkpoint in %s: training from the start model", ckpt_dir)
+    return latest
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -265,22 +265,30 @@ def peft_config(lora: dict):
 
 
 def run_training(spec: dict) -> dict:
+    """Train (or resume) to ``grpo.total_steps``; write the metrics and the completion marker. Returns the marker."""
+    total = spec["grpo"]["total_steps"]
+    model_path = sft_model_path(spec["sft"])
+    resume = prepare_checkpoint_dir(spec, model_path)
+    if resume is not None and resume[0] == total:
+        # Trained to the end before (e.g. killed while writing the outputs): HF Trainer would train one step more.
+        log.info("%s is the planned final step: nothing left to train", resume[1])
+        final_step = total
+    else:
+        final_step = train(spec, model_path, resume[1] if resume else None)
+    return finish(spec, model_path, final_step)
+
+
+def train(spec: dict, model_path: str, resume: Path | None) -> int:
+    """GRPOTrainer from ``model_path`` (or ``resume``) to ``grpo.total_steps``; returns the step it stopped at."""
     import torch
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    name, grpo = spec["experiment"], spec["grpo"]
-    where = f"experiments.{name}"
-    total = grpo["total_steps"]
-    model_path = sft_model_path(spec["sft"])
-    resume = prepare_checkpoint_dir(spec, model_path)
-    ckpt_dir = Path(spec["checkpoint_dir"])
-    live_metrics = ckpt_dir / LIVE_METRICS
-
+    grpo, where = spec["grpo"], f"experiments.{spec['experiment']}"
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=spec["trust_remote_code"])
     if tokenizer.chat_template is None:
         raise DataError(f"the start model's tokenizer ({model_path}) has no chat template: GRPO renders the dataset's chat prompts with it; use an SFT checkpoint saved with its tokenizer")
-    train = load_prompts(spec["train"], tokenizer, grpo["max_prompt_length"], where)
+    dataset = load_prompts(spec["train"], tokenizer, grpo["max_prompt_length"], where)
     rewards = build_reward_funcs(spec["rewards"], grpo["num_generations"], tokenizer=tokenizer, max_response_length=grpo["max_response_length"])
     try:
         args = GRPOConfig(**{**grpo_config_kwargs(spec), **rewards.config_kwargs})
@@ -288,30 +296,35 @@ def run_training(spec: dict) -> dict:
         raise ConfigError(f"config error: {where}.trl.extra_args: {exc}: see trl.GRPOConfig for the accepted arguments")
     except ValueError as exc:
         raise ConfigError(f"config error: {where}: TRL rejects the settings: {exc}")
-    lora = peft_config(grpo.get("lora"))
     torch.manual_seed(grpo["seed"])
     trainer = GRPOTrainer(
         model=model_path,
         reward_funcs=rewards.reward_funcs,
         args=args,
-        train_dataset=train,
+        train_dataset=dataset,
         processing_class=tokenizer,
-        peft_config=lora,
-        callbacks=_callbacks(live_metrics),
+        peft_config=peft_config(grpo.get("lora")),
+        callbacks=_callbacks(Path(spec["checkpoint_dir"]) / LIVE_METRICS),
     )
     started = time.time()
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    final_step = trainer.state.global_step
-    log.info("training stopped at step %d of %d after %.0f s", final_step, total, time.time() - started)
+    log.info("training stopped at step %d of %d after %.0f s", trainer.state.global_step, grpo["total_steps"], time.time() - started)
+    return trainer.state.global_step
+
+
+def finish(spec: dict, model_path: str, final_step: int) -> dict:
+    """The metrics output, then the completion marker: only for a complete run."""
+    name, total = spec["experiment"], spec["grpo"]["total_steps"]
+    ckpt_dir = Path(spec["checkpoint_dir"])
     if final_step != total:
         raise GrpoflowError(f"training of {name} stopped at step {final_step} of grpo.total_steps = {total} (interrupted); the checkpoints in {ckpt_dir} are kept: rerun to resume")
     final = ckpt_dir / f"checkpoint-{final_step}"
     if not is_complete(final, final_step):
         raise GrpoflowError(f"training of {name} reached step {final_step} but {final} is missing or incomplete: rerun to save it again")
-
-    rows = [r for r in read_metrics(live_metrics) if r["step"] <= final_step]
+    live = ckpt_dir / LIVE_METRICS
+    rows = [r for r in read_metrics(live) if r["step"] <= final_step]
     if not rows:
-        raise GrpoflowError(f"training of {name} logged no metrics to {live_metrics}: check trl.logging_steps")
+        raise GrpoflowError(f"training of {name} logged no metrics to {live}: check trl.logging_steps")
     atomic_write_jsonl(spec["metrics"], rows)
     marker = {
         "experiment": name,
@@ -320,7 +333,7 @@ def run_training(spec: dict) -> dict:
         "final_step": final_step,
         "checkpoint_dir": str(ckpt_dir),
         "final_checkpoint": str(final),
-        "checkpoint_format": "peft_adapter" if lora else "hf_model",
+        "checkpoint_format": "peft_adapter" if is_peft_checkpoint(final) else "hf_model",
         "start_model": model_path,
         "metrics_summary": rows[-1],
         "provenance": provenance({k: v for k, v in spec.items() if k not in ("marker", "metrics")}),
@@ -328,4 +341,3 @@ def run_training(spec: dict) -> dict:
     atomic_write_json(spec["marker"], marker)
     log.info("training of %s complete: %s", name, json.dumps(rows[-1]))
     return marker
-
