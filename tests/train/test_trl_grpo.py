@@ -83,6 +83,24 @@ def test_batch_arithmetic_is_checked_when_the_config_loads(default_config, overr
     resolved(default_config, {"defaults": {"trl": {"completions_per_device_batch": 32}}})
 
 
+def test_config_maps_onto_grpo_config_and_bad_extra_args_are_config_errors(default_config, tmp_path):
+    from grpoflow.train.trl_runner import grpo_config
+
+    ins = {"train": "t.parquet", "sft": "sft.json"}
+    outs = {"marker": "m.json", "metrics": "x.jsonl"}
+    cfg = resolved(default_config, {"defaults": {"grpo": {"clip_ratio_high": 0.28, "top_k": -1}, "trl": {"completions_per_device_batch": 32}}})
+    spec = json.loads(shlex.split(command(cfg, EXP, ins, outs))[4])
+    args = grpo_config(spec, {"reward_weights": [1.0]})
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps, args.generation_batch_size) == (32, 4, 128)
+    assert (args.num_generations, args.max_steps, args.max_completion_length) == (8, 100, 32)
+    assert (args.beta, args.epsilon, args.epsilon_high, args.top_k, args.temperature) == (0.0, 0.2, 0.28, 0, 0.7)
+    assert args.use_cpu and not args.bf16 and not args.gradient_checkpointing and args.loss_type == "dapo"
+    assert (args.save_steps, args.save_total_limit, args.seed, args.output_dir) == (50, 2, 1, f"results/{EXP}/checkpoints")
+    spec["trl"]["extra_args"] = {"no_such_option": 1}
+    with pytest.raises(ConfigError, match=f"experiments.{EXP}.trl.extra_args: .*no_such_option"):
+        grpo_config(spec, {})
+
+
 # ---- real training -------------------------------------------------------------------------------------------
 
 

@@ -256,6 +256,19 @@ def grpo_config_kwargs(spec: dict) -> dict:
     return kwargs
 
 
+def grpo_config(spec: dict, reward_kwargs: dict):
+    """TRL's GRPOConfig for the spec; TRL's own objections become one-line config errors."""
+    from trl import GRPOConfig
+
+    where = f"experiments.{spec['experiment']}"
+    try:
+        return GRPOConfig(**{**grpo_config_kwargs(spec), **reward_kwargs})
+    except TypeError as exc:  # an unknown key in trl.extra_args
+        raise ConfigError(f"config error: {where}.trl.extra_args: {exc}: see trl.GRPOConfig for the accepted arguments")
+    except ValueError as exc:
+        raise ConfigError(f"config error: {where}: TRL rejects the settings: {exc}")
+
+
 def peft_config(lora: dict):
     if not lora or lora.get("rank", 0) <= 0:
         return None
@@ -282,7 +295,7 @@ def train(spec: dict, model_path: str, resume: Path | None) -> int:
     """GRPOTrainer from ``model_path`` (or ``resume``) to ``grpo.total_steps``; returns the step it stopped at."""
     import torch
     from transformers import AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     grpo, where = spec["grpo"], f"experiments.{spec['experiment']}"
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=spec["trust_remote_code"])
@@ -290,12 +303,7 @@ def train(spec: dict, model_path: str, resume: Path | None) -> int:
         raise DataError(f"the start model's tokenizer ({model_path}) has no chat template: GRPO renders the dataset's chat prompts with it; use an SFT checkpoint saved with its tokenizer")
     dataset = load_prompts(spec["train"], tokenizer, grpo["max_prompt_length"], where)
     rewards = build_reward_funcs(spec["rewards"], grpo["num_generations"], tokenizer=tokenizer, max_response_length=grpo["max_response_length"])
-    try:
-        args = GRPOConfig(**{**grpo_config_kwargs(spec), **rewards.config_kwargs})
-    except TypeError as exc:  # an unknown key in trl.extra_args
-        raise ConfigError(f"config error: {where}.trl.extra_args: {exc}: see trl.GRPOConfig for the accepted arguments")
-    except ValueError as exc:
-        raise ConfigError(f"config error: {where}: TRL rejects the settings: {exc}")
+    args = grpo_config(spec, rewards.config_kwargs)
     torch.manual_seed(grpo["seed"])
     trainer = GRPOTrainer(
         model=model_path,
