@@ -49,16 +49,14 @@ def corpus_texts(corpus_parquet: str) -> list[str]:
     """The texts the tokenizer is trained on: every message (with its role), original answer and demo SFT
     completion."""
     from grpoflow.train.rl_data import read_rl_rows
-    from grpoflow.train.sft_demo import completion_text
+    from grpoflow.train.sft_demo import row_completion
 
     rows = read_rl_rows(corpus_parquet, "the tiny model's tokenizer corpus (demo.sft.dataset)")
     texts = []
     for row in rows:
         texts.extend(f"{m['role']}\n{m['content']}" for m in row["prompt"])
-        answer = (row.get("extra_info") or {}).get("answer")
-        if answer:
-            texts.append(answer)
-        texts.append("assistant\n" + completion_text(row["reward_model"]["ground_truth"], answer))
+        texts.append((row.get("extra_info") or {}).get("answer") or "")
+        texts.append("assistant\n" + row_completion(row))
     # The think tags become whole tokens of their own: keep BPE from spending merges on their pieces.
     return [piece for t in texts for piece in _THINK_TAG.split(t)]
 

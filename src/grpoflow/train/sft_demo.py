@@ -47,16 +47,15 @@ def completion_text(ground_truth: str, answer: str | None = None) -> str:
     return f"<think>\n{reasoning}\n</think>\n\\boxed{{{ground_truth}}}"
 
 
+def row_completion(row: dict) -> str:
+    """The SFT completion of a verl RL row (its ground truth and, when recorded, the original solution)."""
+    return completion_text(row["reward_model"]["ground_truth"], (row.get("extra_info") or {}).get("answer"))
+
+
 def sft_examples(train_parquet: str) -> list[dict]:
     """Prompt/completion chat examples (TRL's conversational prompt-completion format) from verl RL rows."""
     rows = read_rl_rows(train_parquet, "the demo SFT data (demo.sft.dataset / demo.sft.split)")
-    return [
-        {
-            "prompt": row["prompt"],
-            "completion": [{"role": "assistant", "content": completion_text(row["reward_model"]["ground_truth"], (row.get("extra_info") or {}).get("answer"))}],
-        }
-        for row in rows
-    ]
+    return [{"prompt": row["prompt"], "completion": [{"role": "assistant", "content": row_completion(row)}]} for row in rows]
 
 
 def _stop_and_save_callback(spec: dict, out: Path):

@@ -215,7 +215,6 @@ def grpo_config_kwargs(spec: dict) -> dict:
     G = grpo["num_generations"]
     completions = grpo["prompts_per_step"] * G
     micro = trl["completions_per_device_batch"] or completions
-    lora = grpo.get("lora") or {}
     kwargs = dict(
         output_dir=spec["checkpoint_dir"],
         max_steps=grpo["total_steps"],
@@ -244,15 +243,13 @@ def grpo_config_kwargs(spec: dict) -> dict:
         use_cpu=trl["use_cpu"],
         # TRL defaults to bf16 and gradient checkpointing; on CPU both only slow training down (or fail).
         bf16=not trl["use_cpu"],
-        gradient_checkpointing=not trl["use_cpu"] and lora.get("rank", 0) == 0,
+        gradient_checkpointing=not trl["use_cpu"],
         model_init_kwargs={"dtype": "float32" if trl["use_cpu"] else "auto", "trust_remote_code": spec["trust_remote_code"]},
         remove_unused_columns=False,
         report_to=[],
         disable_tqdm=True,
-        save_only_model=False,
     )
-    extra = dict(trl.get("extra_args") or {})
-    kwargs.update(extra)
+    kwargs.update(trl["extra_args"])
     return kwargs
 
 
