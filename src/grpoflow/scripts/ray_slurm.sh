@@ -46,6 +46,9 @@ PORT="${GRPOFLOW_RAY_PORT:-6379}"
 WAIT_S="${GRPOFLOW_RAY_WAIT_S:-600}"
 GRACE_S="${GRPOFLOW_STOP_GRACE_S:-60}"
 TMP_ROOT="${GRPOFLOW_RAY_TMPDIR:-/tmp}"
+# Ray drains a node for up to 30 s on SIGTERM (for Ray Serve requests); at teardown the trainer has already
+# exited, so there is nothing to drain.
+export RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="${RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S:-0}"
 read -r -a EXTRA <<<"${GRPOFLOW_RAY_START_ARGS:-}"
 read -r -a HEAD_EXTRA <<<"${GRPOFLOW_RAY_HEAD_ARGS:-}"
 
@@ -74,7 +77,10 @@ on_node() {
 }
 
 # ---- teardown (always) ----------------------------------------------------------------------------------------
-RAY_PIDS=()
+RAY_PIDS=()     # the `srun ... ray start --block` clients, one per node
+OUT_PIDS=()     # their output prefixers
+STEP_NAME="grpoflow-ray-$SLURM_JOB_ID"
+FIFO_DIR="$(mktemp -d "${TMPDIR:-/tmp}/grpoflow-ray.XXXXXX")"
 TRAINER_PID=""
 WAITER_PID=""
 
@@ -101,15 +107,21 @@ teardown() {
   fi
   if ((${#RAY_PIDS[@]})); then
     log "stopping Ray on ${#RAY_PIDS[@]} node(s)"
-    # srun forwards TERM to `ray start --block`, which stops that node's Ray processes.
-    kill -TERM "${RAY_PIDS[@]}" 2>/dev/null
+    # TERM to the tasks of the Ray steps (not to srun, which would abort the step and have SLURM kill Ray after
+    # KillWait): `ray start --block` stops its node's processes, then each step ends by itself.
+    local steps
+    steps="$(squeue -h -s -j "$SLURM_JOB_ID" -o "%i %j" 2>/dev/null | awk -v p="$STEP_NAME" '$2 == p {print $1}')"
+    [[ -n "$steps" ]] && scancel --signal=TERM $steps 2>/dev/null
     if ! wait_gone "$GRACE_S" "${RAY_PIDS[@]}"; then
-      log "Ray did not stop within ${GRACE_S}s: killing its job steps"
-      kill -KILL "${RAY_PIDS[@]}" 2>/dev/null
+      log "Ray did not stop within ${GRACE_S}s: aborting its job steps"
+      kill -TERM "${RAY_PIDS[@]}" 2>/dev/null
+      wait_gone 30 "${RAY_PIDS[@]}" || kill -KILL "${RAY_PIDS[@]}" 2>/dev/null
     fi
     wait "${RAY_PIDS[@]}" 2>/dev/null
+    wait "${OUT_PIDS[@]}" 2>/dev/null  # the last lines of Ray's output, before ours
     log "Ray stopped"
   fi
+  rm -rf "$FIFO_DIR"
   exit "$rc"
 }
 on_signal() {
@@ -135,10 +147,13 @@ ADDRESS="$HEAD_IP:$PORT"
 
 start_ray() {  # start_ray INDEX NODE ARGS...
   local i="$1" node="$2"; shift 2
+  local fifo="$FIFO_DIR/node$i"
+  mkfifo "$fifo"
+  sed -u "s/^/[ray $node] /" <"$fifo" >&2 &
+  OUT_PIDS+=("$!")
   # A node-local session dir per node: also keeps two Ray nodes apart when they share a host.
-  on_node "$node" "$PY" -m ray.scripts.scripts start --block --disable-usage-stats \
-    --num-cpus="$CPUS" --num-gpus="$GPUS" --temp-dir="$TMP_ROOT/ray-$SLURM_JOB_ID-$i" "${EXTRA[@]}" "$@" \
-    > >(sed -u "s/^/[ray $node] /" >&2) 2>&1 &
+  on_node "$node" --job-name="$STEP_NAME" "$PY" -m ray.scripts.scripts start --block --disable-usage-stats \
+    --num-cpus="$CPUS" --num-gpus="$GPUS" --temp-dir="$TMP_ROOT/ray-$SLURM_JOB_ID-$i" "${EXTRA[@]}" "$@" >"$fifo" 2>&1 &
   RAY_PIDS+=("$!")
 }
 
