@@ -285,7 +285,7 @@ def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> None:
     if rewards.get("weights") is not None and len(rewards["weights"]) != len(rewards["funcs"]):
         raise ConfigError(f"config error: {where}.rewards.weights has {len(rewards['weights'])} values for {len(rewards['funcs'])} funcs {rewards['funcs']}: give one weight per func")
     _check_rewards(where, rewards)
-    backend_check = _BACKEND_CHECKS.get(exp["backend"])
+    backend_check = _backend_check(exp["backend"])
     if backend_check:
         backend_check(name, exp, cfg)
     up = exp["upload"]
@@ -301,8 +301,17 @@ def _check_rewards(where: str, rewards: dict) -> None:
     check_reward_config(rewards, where=f"{where}.rewards")
 
 
-# Backend-specific cross checks (verl batch arithmetic, TRL batch divisibility) register here.
+# Backend-specific cross checks (verl batch arithmetic, TRL batch divisibility) register here when their
+# module is imported; the modules are light (no torch/verl import), so dry-runs stay fast.
 _BACKEND_CHECKS: dict[str, Any] = {}
+_BACKEND_CHECK_MODULES = {"trl": "grpoflow.train.trl_grpo", "verl": "grpoflow.verl.checks"}
+
+
+def _backend_check(backend: str):
+    import importlib
+
+    importlib.import_module(_BACKEND_CHECK_MODULES[backend])
+    return _BACKEND_CHECKS.get(backend)
 
 
 def register_backend_check(backend: str):

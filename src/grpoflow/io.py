@@ -16,9 +16,17 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _tmp_sibling(path: Path, suffix: str = "") -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{suffix}", dir=path.parent)
     os.close(fd)
+    # mkstemp creates 0600; results on a shared cluster must be readable by the group, as with open().
+    os.chmod(tmp, 0o666 & ~_umask())
     return Path(tmp)
 
 
@@ -59,6 +67,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700, like mkstemp above
     try:
         yield tmp
         if path.exists():
