@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import REPO, SHIPPED_CONFIGS, load_yaml
+from grpoflow_testing import REPO, SHIPPED_CONFIGS, load_yaml
 
 from grpoflow.config import DEMO_SFT_RUN_DIR, deep_merge, resolve_config
 from grpoflow.errors import ConfigError

@@ -7,7 +7,7 @@ import re
 import subprocess
 
 import pytest
-from conftest import REPO, SHIPPED_CONFIGS, ensure_debian_tool, snakemake
+from grpoflow_testing import REPO, SHIPPED_CONFIGS, ensure_debian_tool, snakemake
 
 RULES = ["download_data", "convert_to_parquet", "discover_sft_checkpoint", "train_grpo", "merge_checkpoint", "evaluate", "upload_to_hub", "report", "all"]
 PROFILES = {"local": str(REPO / "profiles" / "local"), "slurm": str(REPO / "profiles" / "slurm")}

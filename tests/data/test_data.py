@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO
+from grpoflow_testing import REPO
 
 from grpoflow.config import resolve_config
 from grpoflow.data.convert import convert_split, gsm8k_ground_truth

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import re
 import shutil
@@ -25,17 +24,7 @@ sys.path.insert(0, str(REPO / "tests" / "hub"))
 from fakehub import FakeHub  # noqa: E402
 
 
-def _root_helpers():
-    """tests/conftest.py's Snakemake runner, loaded by path: `from conftest import ...` gets whichever folder's
-    conftest.py was imported last."""
-    spec = importlib.util.spec_from_file_location("grpoflow_root_test_helpers", REPO / "tests" / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_helpers = _root_helpers()
-snakemake, make_workdir = _helpers.snakemake, _helpers.make_workdir
+from grpoflow_testing import make_workdir, snakemake  # noqa: E402
 
 
 def job_counts(stdout: str) -> dict[str, int]:
