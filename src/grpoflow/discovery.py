@@ -48,10 +48,14 @@ def check_hf_dir(path: Path) -> dict:
     return {"weights": weights, "tokenizer": tokenizer}
 
 
-def checkpoint_steps(run_dir: Path) -> dict[int, Path]:
+def checkpoint_steps(run_dir: str | Path, pattern: re.Pattern = STEP_DIR) -> dict[int, Path]:
+    """Step dirs of a run by step number (numeric order, not lexical); {} when ``run_dir`` does not exist."""
+    root = Path(run_dir)
+    if not root.is_dir():
+        return {}
     steps = {}
-    for child in run_dir.iterdir():
-        m = STEP_DIR.match(child.name)
+    for child in root.iterdir():
+        m = pattern.match(child.name)
         if m and child.is_dir():
             steps[int(m.group(1))] = child
     return steps

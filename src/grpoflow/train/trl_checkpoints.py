@@ -18,6 +18,8 @@ import json
 import re
 from pathlib import Path
 
+from grpoflow.discovery import checkpoint_steps
+
 CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE = "trainer_state.json"
 LIVE_METRICS = "train_metrics.jsonl"  # the metrics of the run so far, next to its checkpoints (survives restarts)
@@ -26,15 +28,7 @@ RUN_RECORD = "grpoflow_run.json"  # what the checkpoints were trained with (resu
 
 def checkpoints(checkpoint_dir: str | Path) -> dict[int, Path]:
     """``checkpoint-N`` dirs by step N (complete or not)."""
-    root = Path(checkpoint_dir)
-    if not root.is_dir():
-        return {}
-    found = {}
-    for child in root.iterdir():
-        m = CHECKPOINT_DIR.match(child.name)
-        if m and child.is_dir():
-            found[int(m.group(1))] = child
-    return found
+    return checkpoint_steps(checkpoint_dir, CHECKPOINT_DIR)
 
 
 def is_complete(checkpoint: Path, step: int) -> bool:
