@@ -1,60 +1,17 @@
-"""Fixtures for the merge tests: a tiny Qwen3 SFT start, genuine verl FSDP2 checkpoints written from it under
-torchrun (gloo, 2 ranks) by verl's own checkpoint manager, and the files train_grpo would leave."""
+"""Fixtures for the merge tests (builders in mergekit.py): a tiny Qwen3 SFT start, genuine verl FSDP2 and TRL
+checkpoints trained from it, and the files train_grpo leaves for merge_checkpoint."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-HERE = Path(__file__).resolve().parent
-TINY_SPEC = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "max_position_embeddings": 128, "vocab_size": 300, "seed": 0}
+from mergekit import build_tiny_base, train_trl, write_checkpoint
 
 
 @pytest.fixture(scope="session")
 def tiny_base(tmp_path_factory, default_config) -> str:
     return build_tiny_base(tmp_path_factory.mktemp("tinybase"), default_config)
-
-
-def build_tiny_base(root: Path, default_config: dict) -> str:
-    """A tiny Qwen3 model dir (weights, tokenizer with chat template, generation_config) built by grpoflow.tiny
-    from the shipped GSM8K sample, converted by the real data pipeline."""
-    from grpoflow.config import resolve_config
-    from grpoflow.data.convert import convert_split
-    from grpoflow.data.download import download_dataset
-    from grpoflow.tiny import build_tiny_model
-
-    cwd = os.getcwd()
-    os.chdir(Path(__file__).resolve().parents[2])  # the dataset's local paths are relative to the repo
-    try:
-        spec = resolve_config(default_config).datasets["gsm8k_sample"]
-        manifest = root / "raw" / "manifest.json"
-        download_dataset("gsm8k_sample", spec, str(manifest))
-        convert_split("gsm8k_sample", spec, str(manifest), "train", str(root / "train.parquet"), str(root / "train.summary.json"))
-    finally:
-        os.chdir(cwd)
-    out = root / "model"
-    build_tiny_model(TINY_SPEC, str(root / "train.parquet"), str(out))
-    return str(out)
-
-
-def write_checkpoint(base: str, root: Path, step: int, lora: bool) -> Path:
-    torchrun = Path(sys.executable).parent / "torchrun"
-    with socket.socket() as sock:  # a free port for the rendezvous (other test runs may use torchrun too)
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    cmd = [str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(port),
-           str(HERE / "write_fsdp_checkpoint.py"), base, str(root), str(step)] + (["--lora"] if lora else [])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, f"torchrun checkpoint writer failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    return root
 
 
 @pytest.fixture(scope="session")
@@ -65,6 +22,16 @@ def verl_full_ckpt(tmp_path_factory, tiny_base) -> Path:
 @pytest.fixture(scope="session")
 def verl_lora_ckpt(tmp_path_factory, tiny_base) -> Path:
     return write_checkpoint(tiny_base, tmp_path_factory.mktemp("verl_lora") / "checkpoints", 2, lora=True)
+
+
+@pytest.fixture(scope="session")
+def trl_full_run(tmp_path_factory, tiny_base) -> Path:
+    return train_trl(tiny_base, tmp_path_factory.mktemp("trl_full") / "run", 0)
+
+
+@pytest.fixture(scope="session")
+def trl_lora_run(tmp_path_factory, tiny_base) -> Path:
+    return train_trl(tiny_base, tmp_path_factory.mktemp("trl_lora") / "run", 4)
 
 
 @pytest.fixture
@@ -82,56 +49,3 @@ def run_files(tmp_path, tiny_base):
         return str(path)
 
     return str(sft), marker
-
-
-def copy_tree(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst
-
-
-def train_trl(base: str, root: Path, lora_rank: int) -> Path:
-    """A genuine TRL checkpoint: grpoflow's TRL backend (GRPOTrainer) trains the tiny model for 2 steps."""
-    import copy
-    import json
-
-    from grpoflow.config import resolve_config
-    from grpoflow.discovery import discover_to_file
-    from grpoflow.train.trl_grpo import training_spec
-
-    raw = {
-        "datasets": {"arith": {"source": "synthetic", "synthetic": {"train_size": 40, "test_size": 8}, "validation": {"size": 8}}},
-        "defaults": {
-            "backend": "trl",
-            "data": {"dataset": "arith", "val_split": None},
-            "sft": {"model": base},
-            "grpo": {"total_steps": 2, "save_freq": 2, "prompts_per_step": 2, "num_generations": 2, "max_prompt_length": 96,
-                     "max_response_length": 6, "learning_rate": 1e-2, "lora": {"rank": lora_rank, "alpha": 2 * max(lora_rank, 1)}},
-            "resources": {"gpus_per_node": 0},
-        },
-        "experiments": {"t": {}},
-        "evaluation": {"benchmarks": {"a": {"dataset": "arith", "split": "test"}}},
-    }
-    cfg = resolve_config(copy.deepcopy(raw))
-    root.mkdir(parents=True)
-    sft = root / "sft.json"
-    discover_to_file({"model": base}, str(sft))
-    # The prompts: the tiny base's own training rows (its tokenizer knows them).
-    train = Path(base).parent / "train.parquet"
-    spec = training_spec(cfg, "t", {"train": str(train), "sft": str(sft)},
-                         {"marker": str(root / "training_complete.json"), "metrics": str(root / "train_metrics.jsonl")})
-    spec["checkpoint_dir"] = str(root / "checkpoints")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([sys.executable, "-m", "grpoflow.train.trl_grpo", "--spec", json.dumps(spec)],
-                          capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, f"TRL training failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    return root
-
-
-@pytest.fixture(scope="session")
-def trl_full_run(tmp_path_factory, tiny_base) -> Path:
-    return train_trl(tiny_base, tmp_path_factory.mktemp("trl_full") / "run", 0)
-
-
-@pytest.fixture(scope="session")
-def trl_lora_run(tmp_path_factory, tiny_base) -> Path:
-    return train_trl(tiny_base, tmp_path_factory.mktemp("trl_lora") / "run", 4)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_merge_verl import load_merged
+from mergekit import load_merged
 
 from grpoflow.errors import GrpoflowError
 from grpoflow.merge import LORA_SUBDIR, merge_checkpoint

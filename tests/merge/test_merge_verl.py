@@ -10,21 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import copy_tree
+from mergekit import copy_tree, load_merged
 
 from grpoflow.errors import GrpoflowError
 from grpoflow.merge import LORA_SUBDIR, MERGE_RECORD, merge_checkpoint
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow]
-
-
-def load_merged(model_dir: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    state = {}
-    for f in sorted(model_dir.glob("*.safetensors")):
-        state.update(load_file(f))
-    return state
 
 
 def test_full_checkpoint_merges_to_the_gathered_weights(verl_full_ckpt, run_files, tmp_path, tiny_base):

@@ -21,6 +21,8 @@ def where():
     return {
         "slurm_node": os.environ.get("SLURMD_NODENAME"),
         "test_var": os.environ.get("GRPOFLOW_PROBE_VAR"),
+        "auth_mode": os.environ.get("RAY_AUTH_MODE"),
+        "has_token": bool(os.environ.get("RAY_AUTH_TOKEN")),
         "host": socket.gethostname(),
         "node_id": ray.get_runtime_context().get_node_id(),
     }

@@ -10,7 +10,7 @@ import time
 import warnings
 
 import pytest
-from conftest import load
+from verlkit import load
 
 from grpoflow.config import deep_merge, resolve_config
 from grpoflow.errors import ConfigError

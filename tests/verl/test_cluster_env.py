@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import yaml
-from conftest import REPO
+from verlkit import REPO
 
 
 def lock_pins() -> dict[str, str]:

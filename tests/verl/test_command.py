@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, VERL_CONFIGS, load
+from verlkit import REPO, VERL_CONFIGS, load
 
 from grpoflow.config import deep_merge, resolve_config
 from grpoflow.errors import ConfigError
@@ -159,19 +159,10 @@ def test_the_shell_passes_verl_exactly_the_validated_overrides(tmp_path):
     assert got["trainer.default_local_dir"] == f"{tmp_path}/results/{name}/checkpoints"
 
 
-def _suite_helpers():
-    """tests/conftest.py (the suite's Snakemake runner), which this folder's conftest shadows for imports."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("grpoflow_tests_root_conftest", REPO / "tests" / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_dry_run_prints_the_verl_command_and_sbatch_resources(tmp_path):
-    helpers = _suite_helpers()
-    wd, snakemake, repo = helpers.make_workdir(tmp_path), helpers.snakemake, REPO
+    from grpoflow_testing import make_workdir, snakemake
+
+    wd, repo = make_workdir(tmp_path), REPO
     out = snakemake(["results/qwen3-32b-gsm8k/training_complete.json", "-n", "-p", "--profile", str(repo / "profiles/slurm"),
                      "--configfile", "config/qwen3-32b-gsm8k.yaml"], wd).stdout
     block = out[out.index("rule train_grpo:"):]

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, job_state, leftover_ray, submit, wait_job
+from verlkit import REPO, job_state, leftover_ray, submit, wait_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -71,8 +71,9 @@ def test_two_nodes_one_ray_node_each(local_slurm, tmp_path):
     # the trainer runs on the head, attached to the launcher's cluster, seeing 2 x 8 GPUs
     assert probe["driver_slurm_node"] == nodes[0] and probe["ray_address"].endswith(":36500")
     assert probe["cluster_gpus"] == 16 and sorted(probe["gpus_per_node"].values()) == [8, 8]
-    # the environment reached every node before `ray start`
+    # the environment reached every node before `ray start`, including the job's Ray token
     assert {n["test_var"] for n in probe["nodes"]} == {f"exported-{job}"}
+    assert all(n["auth_mode"] == "token" and n["has_token"] for n in probe["nodes"]) and "Ray auth: token" in log
     assert "Ray cluster ready: 2 node(s), 16 GPU(s)" in log
     assert_torn_down(job, log)
     print(f"two-node launch + probe + teardown: {time.monotonic() - started:.0f} s")
@@ -151,19 +152,17 @@ def test_wrapper_runs_multi_node_through_the_launcher(local_slurm, tmp_path, tin
     assert_torn_down(job, log)
 
 
-def test_snakemake_submits_a_two_node_train_grpo_through_the_plugin(local_slurm, tmp_path, tiny_model):
-    """The whole path on the real two-node SLURM: Snakemake's SLURM plugin submits train_grpo with the rule's
-    multi-node resources (nodes, per-node gres, mpi, tasks_per_node), the wrapper runs the launcher, Ray comes up
-    on both nodes, and verl's real main_ppo attaches to it and passes its validate_config; it then stops where it
-    needs the GPU stack (not installed in the CPU test environment), and the job fails with the wrapper's line."""
-    import importlib.util
-
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_snakemake_submits_train_grpo_through_the_plugin(local_slurm, tmp_path, tiny_model, nodes):
+    """The whole path on the real SLURM: Snakemake's SLURM plugin submits train_grpo with the rule's resources
+    (one node: --gpus in the plugin's job step; two: nodes, per-node gres, mpi, tasks_per_node), the wrapper runs
+    verl's real main_ppo (on two nodes through the launcher, Ray up on both and verl attached to it), which passes
+    its validate_config and then stops where it needs the GPU stack (not installed in the CPU test
+    environment); the job fails with the wrapper's one line, last in the log, and Ray is gone."""
     import yaml
+    from grpoflow_testing import make_workdir, snakemake
 
-    spec = importlib.util.spec_from_file_location("grpoflow_tests_root_conftest", REPO / "tests" / "conftest.py")
-    helpers = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(helpers)
-    wd = helpers.make_workdir(tmp_path)
+    wd = make_workdir(tmp_path)
     config = {
         "datasets": {"gsm8k_sample": {"source": "local", "format": "gsm8k", "validation": {"size": 32, "seed": 1},
                                       "local": {"train": "data/gsm8k_sample/train.jsonl", "test": "data/gsm8k_sample/test.jsonl"}}},
@@ -172,25 +171,30 @@ def test_snakemake_submits_a_two_node_train_grpo_through_the_plugin(local_slurm,
             "grpo": {"total_steps": 2, "prompts_per_step": 16, "num_generations": 2, "max_prompt_length": 100, "max_response_length": 16, "save_freq": 1},
             "verl": {"ppo_mini_batch_size": 16, "ppo_micro_batch_size_per_gpu": 1, "log_prob_micro_batch_size_per_gpu": 2,
                      "rollout": {"tensor_model_parallel_size": 2}, "env": {"GRPOFLOW_RAY_PORT": 36560}},
-            "resources": {"nodes": 2, "gpus_per_node": 8, "cpus_per_task": 4, "mem_mb": 8000, "runtime": 10},
+            "resources": {"nodes": nodes, "gpus_per_node": 8, "cpus_per_task": 4, "mem_mb": 8000, "runtime": 10},
         },
         "experiments": {"twonode": {}},
         "evaluation": {"benchmarks": {"t": {"dataset": "gsm8k_sample", "split": "test"}}},
     }
     (wd / "twonode.yaml").write_text(yaml.safe_dump(config))
-    proc = helpers.snakemake(["results/twonode/training_complete.json", "--profile", str(REPO / "profiles/slurm"),
+    proc = snakemake(["results/twonode/training_complete.json", "--profile", str(REPO / "profiles/slurm"),
                               "--slurm-init-seconds-before-status-checks", "1", "--latency-wait", "5", "--configfile", "twonode.yaml"],
                              wd, timeout=600, check=False)
     assert proc.returncode != 0
-    assert "nodes=2, gres=gpu:8, mpi=srun, tasks_per_node=2" in proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
     log = (wd / "logs" / "train_grpo" / "twonode.log").read_text(errors="replace")
-    nodes = local_slurm["nodes"]
-    assert f"2 node(s): {' '.join(nodes)}; head {nodes[0]}" in log
-    assert "Ray cluster ready: 2 node(s), 16 GPU(s)" in log
     assert "[validate_config] All configuration checks passed successfully!" in log
-    assert "Connected to Ray cluster" in log and "trainer.nnodes=2" in log
     assert log.rstrip().splitlines()[-1].startswith("grpoflow: error: verl exited with status 1")
-    assert "Ray stopped" in log
     assert not (wd / "results" / "twonode" / "training_complete.json").exists()
+    if nodes == 1:
+        assert "nodes=1, gpu=8" in out and "mpi=" not in out
+        assert "ray_slurm" not in log and f"trainer.nnodes=1" in log
+        return
+    assert "nodes=2, gres=gpu:8, mpi=srun, tasks_per_node=2" in out
+    names = local_slurm["nodes"]
+    assert f"2 node(s): {' '.join(names)}; head {names[0]}" in log
+    assert "Ray cluster ready: 2 node(s), 16 GPU(s)" in log
+    assert "Connected to Ray cluster" in log and "trainer.nnodes=2" in log
+    assert "Ray stopped" in log
     job = re.search(r"job (\d+): 2 node", log).group(1)
     assert not leftover_ray(job)

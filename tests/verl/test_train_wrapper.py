@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from verlkit import REPO
 
 from grpoflow.verl import metrics as vm
 

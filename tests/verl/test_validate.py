@@ -9,7 +9,7 @@ import time
 
 import pytest
 import yaml
-from conftest import REPO, VERL_CONFIGS, load
+from verlkit import REPO, VERL_CONFIGS, load
 
 from grpoflow.config import deep_merge, resolve_config
 from grpoflow.errors import ConfigError

@@ -46,6 +46,15 @@ PORT="${GRPOFLOW_RAY_PORT:-6379}"
 WAIT_S="${GRPOFLOW_RAY_WAIT_S:-600}"
 GRACE_S="${GRPOFLOW_STOP_GRACE_S:-60}"
 TMP_ROOT="${GRPOFLOW_RAY_TMPDIR:-/tmp}"
+# Token authentication: with a token file in ~/.ray (any local `ray.init()` writes one) Ray switches it on for
+# the head but not for clients that do not ask for it, so decide here, for every node and the trainer alike: on,
+# with a fresh token for this job shared through the environment (anyone who reaches the head's port could
+# otherwise run code as you), unless RAY_AUTH_MODE / RAY_AUTH_TOKEN(_PATH) are set.
+export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
+if [[ "$RAY_AUTH_MODE" == token && -z "${RAY_AUTH_TOKEN:-}" && -z "${RAY_AUTH_TOKEN_PATH:-}" ]]; then
+  RAY_AUTH_TOKEN="$("$PY" -c 'import secrets; print(secrets.token_hex(32))')"
+  export RAY_AUTH_TOKEN
+fi
 # Ray drains a node for up to 30 s on SIGTERM (for Ray Serve requests); at teardown the trainer has already
 # exited, so there is nothing to drain.
 export RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="${RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S:-0}"
@@ -66,7 +75,7 @@ if [[ -z "$CPUS" ]]; then
   total="$(squeue -h -j "$SLURM_JOB_ID" -o %C)"
   CPUS=$((total / N))
 fi
-log "job $SLURM_JOB_ID: $N node(s): ${NODES[*]}; head $HEAD; per node $GPUS GPU(s), $CPUS CPU(s)"
+log "job $SLURM_JOB_ID: $N node(s): ${NODES[*]}; head $HEAD; per node $GPUS GPU(s), $CPUS CPU(s); Ray auth: $RAY_AUTH_MODE"
 
 # One task on one node; --overlap so it shares the job's resources with the other steps, all CPUs of the node's
 # allocation (else a step gets 1 CPU), all of its memory (--mem=0); GPUs: a step gets all of the node's GRES.
