@@ -94,6 +94,8 @@ BAD = [
     (("report", "primary_benchmark"), "math500", ["report.primary_benchmark = 'math500'"]),
     (("defaults", "upload"), {"enabled": True}, ["upload.repo_id is not set"]),
     (("defaults", "rewards", "funcs"), ["acc"], ["unknown reward 'acc'"]),
+    (("defaults", "merge_step"), 30, ["merge_step = 30: that checkpoint will not exist", "kept steps: 50, 100"]),
+    (("defaults", "trl", "completions_per_device_batch"), 7, ["completions_per_device_batch = 7 does not divide the 128 completions"]),
     (("defaults", "sft", "run_dir"), DEMO_SFT_RUN_DIR, None),  # fine: the demo exists
 ]
 

@@ -285,12 +285,30 @@ def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> None:
     if rewards.get("weights") is not None and len(rewards["weights"]) != len(rewards["funcs"]):
         raise ConfigError(f"config error: {where}.rewards.weights has {len(rewards['weights'])} values for {len(rewards['funcs'])} funcs {rewards['funcs']}: give one weight per func")
     _check_rewards(where, rewards)
+    _check_merge_step(where, exp)
     backend_check = _backend_check(exp["backend"])
     if backend_check:
         backend_check(name, exp, cfg)
     up = exp["upload"]
     if up["enabled"] and not up.get("repo_id"):
         raise ConfigError(f"config error: {where}.upload.enabled is true but upload.repo_id is not set (e.g. your-org/{name})")
+
+
+def saved_steps(total: int, save_freq: int, keep: int | None) -> list[int]:
+    """The checkpoint steps left on disk after a full run, for both backends: every save_freq-th step plus the
+    last one (verl and HF Trainer always save the final step), of which the newest ``keep`` survive rotation."""
+    steps = sorted({s for s in range(save_freq, total + 1, save_freq)} | {total})
+    return steps[-keep:] if keep else steps
+
+
+def _check_merge_step(where: str, exp: dict) -> None:
+    merge, grpo = exp["merge_step"], exp["grpo"]
+    if merge == "last":
+        return
+    kept = saved_steps(grpo["total_steps"], grpo["save_freq"], grpo["max_checkpoints_to_keep"])
+    if merge not in kept:
+        shown = ", ".join(map(str, kept[-6:])) + (" …" if len(kept) > 6 else "")
+        raise ConfigError(f"config error: {where}.merge_step = {merge}: that checkpoint will not exist after training (kept steps: {shown}); pick one of them, or change grpo.save_freq / max_checkpoints_to_keep")
 
 
 def _check_rewards(where: str, rewards: dict) -> None:

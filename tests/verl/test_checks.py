@@ -14,7 +14,8 @@ from verlkit import load
 
 from grpoflow.config import deep_merge, resolve_config
 from grpoflow.errors import ConfigError
-from grpoflow.verl.checks import check_verl_experiment, saved_steps
+from grpoflow.config import saved_steps
+from grpoflow.verl.checks import check_verl_experiment
 
 BASE = "config/qwen3-32b-gsm8k.yaml"
 

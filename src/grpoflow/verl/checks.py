@@ -3,8 +3,7 @@
 Pure arithmetic over the resolved config, no verl import (milliseconds). They catch before submission what
 verl would only report on the cluster: its own ``validate_config`` rules (batch × n divisible by the GPUs,
 mini-batch ≤ batch), the asserts its workers hit at the first update (mini-batch split over data-parallel
-ranks, micro-batches), vLLM's tensor-parallel layout, checkpoints that merge_step needs but rotation
-deletes, and extra overrides that fight grpoflow's own keys. The full check, against verl's real Hydra schema,
+ranks, micro-batches), vLLM's tensor-parallel layout, and extra overrides that fight grpoflow's own keys. The full check, against verl's real Hydra schema,
 is ``python -m grpoflow.verl.validate``.
 """
 
@@ -14,13 +13,6 @@ from grpoflow.config import register_backend_check
 from grpoflow.errors import ConfigError
 
 VLLM_MAX_LORA_RANK = 512  # verl maps a LoRA rank to vLLM's next allowed one, up to 512
-
-
-def saved_steps(total: int, save_freq: int, keep: int | None) -> list[int]:
-    """The checkpoint steps left on disk after a full run: every save_freq-th step plus the last one
-    (verl always saves the final step), of which verl keeps the newest ``keep``."""
-    steps = sorted({s for s in range(save_freq, total + 1, save_freq)} | {total})
-    return steps[-keep:] if keep else steps
 
 
 @register_backend_check("verl")
@@ -65,13 +57,6 @@ def check_verl_experiment(name: str, exp: dict, cfg=None) -> None:
         fail(f"grpo.lora.rank = {rank}: vLLM serves LoRA ranks up to {VLLM_MAX_LORA_RANK}")
     if not exp["data"].get("val_split") and (verl["test_freq"] > 0 or verl["val_before_train"]):
         fail("data.val_split is null but verl.test_freq/val_before_train ask for validation: set a val_split or test_freq: -1 and val_before_train: false")
-
-    total, freq, keep = grpo["total_steps"], grpo["save_freq"], grpo["max_checkpoints_to_keep"]
-    merge = exp.get("merge_step", "last")
-    if merge != "last":
-        kept = saved_steps(total, freq, keep)
-        if merge not in kept:
-            fail(f"merge_step = {merge}: that checkpoint will not exist after training (kept steps: {', '.join(map(str, kept[-6:]))}{' …' if len(kept) > 6 else ''}); pick one of them, or change grpo.save_freq / max_checkpoints_to_keep")
 
     for key in verl["env"]:
         if not key.isidentifier():
