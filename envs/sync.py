@@ -1,6 +1,6 @@
 """Regenerate the conda env files from the pip lock files, so both install paths get the same pins.
 
-    python envs/sync.py          # rewrite envs/local.yaml from requirements/local.lock
+    python envs/sync.py          # rewrite envs/{local,cluster}.yaml from requirements/{local,cluster}.lock
     python envs/sync.py --check  # exit 1 if they disagree (tests/test_envs.py runs this check)
 """
 
@@ -10,8 +10,16 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAIRS = {  # env file -> (lock file, header)
-    "envs/local.yaml": ("requirements/local.lock", "grpoflow-local", "the local plane (CPU torch, TRL) and verl's CPU-usable parts"),
+# env file -> (lock file, env name, what it is for, extra pip lines)
+PAIRS = {
+    "envs/local.yaml": ("requirements/local.lock", "grpoflow-local",
+                        "the local plane (CPU torch, TRL) and verl's CPU-usable parts",
+                        ["--extra-index-url https://download.pytorch.org/whl/cpu"]),
+    "envs/cluster.yaml": ("requirements/cluster.lock", "grpoflow-cluster",
+                          "the cluster plane: verl 0.9.1 + vLLM 0.24 + torch 2.11 (CUDA) for train_grpo,\n"
+                          "# merge_checkpoint and vLLM evaluation jobs (backend: verl / evaluation.backend: vllm). After creating it,\n"
+                          "# on a GPU node: pip install flash-attn==2.8.3.post2 --no-build-isolation (verl's default attention)",
+                          []),
 }
 
 
@@ -24,19 +32,18 @@ def render(env_name: str, what: str, lock_rel: str, lines: list[str]) -> str:
     return (
         f"# Conda environment for {what}.\n"
         f"# Generated from {lock_rel} by envs/sync.py: edit the lock, then run `python envs/sync.py`.\n"
-        f"# Used by `snakemake --sdm conda`; the README's pip set-up installs the same pins without conda.\n"
+        f"# Used by `snakemake --sdm conda`; `pip install -r {lock_rel}` installs the same pins without conda.\n"
         f"name: {env_name}\n"
         "channels:\n  - conda-forge\n  - nodefaults\n"
         "dependencies:\n  - python=3.11\n  - pip\n  - pip:\n"
-        "      - --extra-index-url https://download.pytorch.org/whl/cpu\n"
         f"{body}\n"
     )
 
 
 def main(check: bool) -> int:
     bad = 0
-    for env_rel, (lock_rel, name, what) in PAIRS.items():
-        text = render(name, what, lock_rel, pins(ROOT / lock_rel))
+    for env_rel, (lock_rel, name, what, extra) in PAIRS.items():
+        text = render(name, what, lock_rel, extra + pins(ROOT / lock_rel))
         env = ROOT / env_rel
         if check:
             if not env.exists() or env.read_text() != text:
