@@ -69,6 +69,10 @@ def training_inputs(wildcards):
     return training_paths(wildcards.experiment)[0]
 
 
+def train_resources(wildcards):
+    return _slurm_resources(exp(wildcards)["resources"])
+
+
 # ---- SFT start ------------------------------------------------------------------------------------------------
 
 
@@ -151,6 +155,7 @@ def all_targets():
 
 # ---- params computed by the library (kept here so rules stay one-liners) ---------------------------------------
 
+from grpoflow.train.command import slurm_resources as _slurm_resources
 from grpoflow.train.command import training_command as _training_command
 from grpoflow.evaluation.settings import benchmark_prompt as _benchmark_prompt
 from grpoflow.evaluation.settings import evaluation_settings as _evaluation_settings

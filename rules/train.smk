@@ -29,20 +29,16 @@ rule train_grpo:
         # reruns, and a changed training setting must rerun training.
         command=lambda wc: training_command(wc.experiment),
     resources:
-        # One node: --gpus=G, run in the SLURM plugin's job step. Several nodes (the verl Ray launcher): per-node
-        # GRES (a job-wide --gpus=N*G breaks the steps), and `mpi` so the job's shell runs in the batch script
-        # itself; the plugin's own step would collapse the job to one node. The plugin insists on > 1 task per
-        # node for mpi jobs; the launcher starts exactly one Ray process per node with `srun --overlap`.
-        # (None = resource unset.)
-        nodes=lambda wc: exp(wc)["resources"]["nodes"],
-        gpu=lambda wc: exp(wc)["resources"]["gpus_per_node"] if exp(wc)["resources"]["nodes"] == 1 else None,
-        gres=lambda wc: None if exp(wc)["resources"]["nodes"] == 1 else f"gpu:{exp(wc)['resources']['gpus_per_node']}",
-        mpi=lambda wc: None if exp(wc)["resources"]["nodes"] == 1 else "srun",
-        tasks_per_node=lambda wc: None if exp(wc)["resources"]["nodes"] == 1 else 2,
-        cpus_per_task=lambda wc: exp(wc)["resources"]["cpus_per_task"] // (1 if exp(wc)["resources"]["nodes"] == 1 else 2),
-        mem_mb=lambda wc: exp(wc)["resources"]["mem_mb"],
-        runtime=lambda wc: exp(wc)["resources"]["runtime"],
-    threads: lambda wc: exp(wc)["resources"]["cpus_per_task"] // (1 if exp(wc)["resources"]["nodes"] == 1 else 2)
+        # From the experiment's `resources:` (see grpoflow.train.command.slurm_resources for the multi-node shape).
+        nodes=lambda wc: train_resources(wc)["nodes"],
+        gpu=lambda wc: train_resources(wc)["gpu"],
+        gres=lambda wc: train_resources(wc)["gres"],
+        mpi=lambda wc: train_resources(wc)["mpi"],
+        tasks_per_node=lambda wc: train_resources(wc)["tasks_per_node"],
+        cpus_per_task=lambda wc: train_resources(wc)["cpus_per_task"],
+        mem_mb=lambda wc: train_resources(wc)["mem_mb"],
+        runtime=lambda wc: train_resources(wc)["runtime"],
+    threads: lambda wc: train_resources(wc)["cpus_per_task"]
     log:
         "logs/train_grpo/{experiment}.log",
     conda:

@@ -27,3 +27,26 @@ def training_command(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs
         issue = BACKEND_ISSUES[backend]
         return f"echo 'grpoflow: error: backend {backend} of rule train_grpo is not implemented yet: see issue #{issue}' >&2; exit 1"
     return importlib.import_module(name).command(cfg, experiment, inputs, outputs)
+
+
+def slurm_resources(res: dict) -> dict:
+    """train_grpo's Snakemake resources from an experiment's `resources:` section.
+
+    One node: `--gpus=G`, the job runs in the SLURM plugin's job step. Several nodes (verl's Ray launcher):
+    per-node GRES (a job-wide `--gpus=N*G` breaks the launcher's per-node steps) and `mpi`, so the job's shell
+    runs in the batch script itself (the plugin's own step would collapse the job to one node); the plugin
+    insists on more than one task per node for mpi jobs, so CPUs are split over 2 tasks per node and the
+    launcher starts exactly one Ray process per node with `srun --overlap`. None leaves a resource unset.
+    """
+    nodes, per_node = res["nodes"], res["gpus_per_node"]
+    multi = nodes > 1
+    return {
+        "nodes": nodes,
+        "gpu": None if multi else per_node,
+        "gres": f"gpu:{per_node}" if multi else None,
+        "mpi": "srun" if multi else None,
+        "tasks_per_node": 2 if multi else None,
+        "cpus_per_task": res["cpus_per_task"] // (2 if multi else 1),
+        "mem_mb": res["mem_mb"],
+        "runtime": res["runtime"],
+    }
