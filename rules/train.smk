@@ -44,7 +44,10 @@ rule train_grpo:
     conda:
         experiment_env
     shell:
-        "{params.command} > {log} 2>&1"
+        # SLURM signals every process of the job (scancel, time limit, --signal): the trainer then saves a checkpoint
+        # and exits 1. The shell must wait for that rather than die at once, or the job step ends with it and takes
+        # the trainer down mid-save (on clusters that track jobs by cgroup).
+        "trap : TERM INT USR1 USR2; {params.command} > {log} 2>&1"
 
 
 rule merge_checkpoint:

@@ -16,3 +16,41 @@ def workdir(tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def default_config() -> dict:
     return load_yaml(REPO / "config" / "config.yaml")
+
+
+@pytest.fixture(scope="session")
+def local_slurm() -> dict:
+    """A real SLURM on this host, shared by every SLURM test of the session: two slurmd nodes (one-node jobs
+    schedule on either), partition gpu, 8 stand-in GPUs per node (tests/slurm/start.sh). Skips visibly where the
+    machine cannot run one."""
+    from grpoflow_testing import start_local_slurm
+
+    return start_local_slurm(nodes=2)
+
+
+@pytest.fixture(scope="session")
+def short_local_run(tmp_path_factory) -> Path:
+    """The shortened embedded default (tests/pipeline/short.yaml) run once with profiles/local; read-only for
+    tests (copy it with grpoflow_testing.copy_workdir to change anything)."""
+    from grpoflow_testing import LOCAL_PROFILE, SHORT_CONFIG, snakemake
+
+    wd = make_workdir(tmp_path_factory.mktemp("short-local"))
+    snakemake([*LOCAL_PROFILE, *SHORT_CONFIG], wd, timeout=1800)
+    return wd
+
+
+@pytest.fixture(scope="session")
+def slurm_pipeline_run(local_slurm, tmp_path_factory):
+    """The shortened embedded default through profiles/slurm (+ tests/slurm/cluster_shape.yaml: GPU requests),
+    with a made-up HF_TOKEN in the environment, started in the background when first requested (the SLURM fault
+    tests start it early, so that it runs while they wait on SLURM). ``.result()`` waits for it; ``.token``."""
+    import secrets
+
+    from grpoflow_testing import REPO, SHORT_CONFIG, BackgroundSnakemake
+
+    wd = make_workdir(tmp_path_factory.mktemp("short-slurm"))
+    token = "hf_" + secrets.token_hex(17)
+    run = BackgroundSnakemake(["--configfile", *SHORT_CONFIG[1:], str(REPO / "tests" / "slurm" / "cluster_shape.yaml")], wd, env={"HF_TOKEN": token})
+    run.token = token
+    yield run
+    run.result()  # never leave it running past the session

@@ -6,9 +6,11 @@ returns whichever was loaded last."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,115 @@ def ensure_debian_tool(binary: str, package: str) -> str:
     if not found:
         pytest.skip(f"apt-get install {package} failed: {proc.stderr.strip()[-300:]}")
     return found
+
+
+# ---- the shortened embedded default (tests/pipeline/short.yaml) ------------------------------------------------
+
+SHORT_CONFIG = ["--configfile", str(REPO / "config" / "config.yaml"), str(REPO / "tests" / "pipeline" / "short.yaml")]
+LOCAL_PROFILE = ["--profile", str(REPO / "profiles" / "local")]
+
+
+def copy_workdir(src: Path, dst: Path) -> Path:
+    """A copy of a finished run's working directory that Snakemake sees as equally up to date (file mtimes and
+    .snakemake metadata kept), for tests that change or break a run without touching the shared one."""
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+# ---- the local SLURM cluster (tests/slurm/start.sh) and the SLURM profile ----------------------------------------
+
+SLURM_START = REPO / "tests" / "slurm" / "start.sh"
+SLURM_PROFILE = ["--profile", str(REPO / "profiles" / "slurm")]
+# All CI changes about the profile: poll job states after 1 s instead of its 20 (then +10 s per idle poll, the
+# plugin's own back-off). Resource requests stay the profile's and the config's.
+SLURM_CI_ARGS = ["--slurm-init-seconds-before-status-checks", "1"]
+SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+)")
+
+
+def start_local_slurm(nodes: int = 2) -> dict:
+    """Start (or find running) the local cluster of tests/slurm/start.sh: ``nodes`` slurmd on this host, partition
+    ``gpu``, 8 stand-in GPUs per node. Skips, with the script's reason, where this machine cannot run SLURM (exit
+    77: not root, no apt-get). Returns {"nodes": [...], "partition": "gpu", "start_s": seconds the script took}."""
+    started = time.monotonic()
+    env = {**os.environ, "FAKE_NODES": str(nodes)}
+    proc = subprocess.run(["bash", str(SLURM_START)], capture_output=True, text=True, env=env, timeout=900)
+    if proc.returncode == 77:
+        pytest.skip(f"local SLURM unavailable: {proc.stderr.strip()}")
+    assert proc.returncode == 0, f"tests/slurm/start.sh failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    names = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, check=True).stdout.split()
+    return {"nodes": sorted(set(names)), "partition": "gpu", "start_s": round(time.monotonic() - started, 1)}
+
+
+def snakemake_slurm_command(args: list[str], workdir: Path, timeout: int) -> list[str]:
+    """``snakemake --profile profiles/slurm`` + SLURM_CI_ARGS + ``args``, under ``timeout -s INT``: at the limit
+    Snakemake gets a Ctrl-C, on which it cancels its SLURM jobs (SIGTERM would make it wait for them), and a
+    KILL 60 s later in case it hangs."""
+    return ["timeout", "-s", "INT", "-k", "60", str(timeout), SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir),
+            *SLURM_PROFILE, *SLURM_CI_ARGS, *args]
+
+
+def _env(env: dict | None) -> dict:
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {})}
+
+
+def snakemake_slurm(args: list[str], workdir: Path, *, env: dict | None = None, timeout: int = 1200, check: bool = True) -> subprocess.CompletedProcess:
+    """Run Snakemake through the SLURM profile (targets first in ``args``: --configfile takes every word after
+    it). Jobs it submitted and left behind are cancelled."""
+    cmd = snakemake_slurm_command(args, workdir, timeout)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 120, env=_env(env), cwd=workdir)
+    cancel_leftover_jobs(proc.stdout + proc.stderr)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+    return proc
+
+
+def popen_snakemake_slurm(args: list[str], workdir: Path, log_path: Path, *, env: dict | None = None, timeout: int = 1200) -> subprocess.Popen:
+    """snakemake_slurm in the background, its output in ``log_path``; ``proc.send_signal(SIGINT)`` is a Ctrl-C
+    (``timeout`` passes it on)."""
+    with open(log_path, "w") as out:  # the child keeps its own descriptor
+        return subprocess.Popen(snakemake_slurm_command(args, workdir, timeout), stdout=out, stderr=subprocess.STDOUT, text=True, env=_env(env), cwd=workdir)
+
+
+class BackgroundSnakemake:
+    """A run of snakemake_slurm in the background, so that tests can overlap waits on SLURM. ``result()`` waits
+    for it (once) and returns {"returncode", "out", "seconds"}; jobs it left queued or running are cancelled."""
+
+    def __init__(self, args: list[str], workdir: Path, *, env: dict | None = None, timeout: int = 1800):
+        self.workdir, self.log = workdir, workdir.parent / f"{workdir.name}.snakemake.out"
+        self.started = time.monotonic()
+        self.proc = popen_snakemake_slurm(args, workdir, self.log, env=env, timeout=timeout)
+        self.timeout, self._result = timeout, None
+
+    def result(self) -> dict:
+        if self._result is None:
+            try:
+                self.proc.wait(timeout=self.timeout + 120)
+            finally:
+                if self.proc.poll() is None:
+                    self.proc.kill()
+                out = self.log.read_text(errors="replace")
+                cancel_leftover_jobs(out)
+            self._result = {"returncode": self.proc.returncode, "out": out, "seconds": time.monotonic() - self.started}
+        return self._result
+
+
+def submitted_jobs(output: str) -> list[str]:
+    """SLURM job ids in submission order, from Snakemake's "Job N has been submitted with SLURM jobid M" lines."""
+    return [m.group(2) for m in SUBMITTED.finditer(output)]
+
+
+def slurm_job(jobid: str) -> dict[str, str]:
+    """``scontrol show job`` as a dict (the local cluster keeps finished jobs for MinJobAge = 3600 s)."""
+    out = subprocess.run(["scontrol", "-o", "show", "job", str(jobid)], capture_output=True, text=True, check=True).stdout
+    return dict(tok.split("=", 1) for tok in out.split() if "=" in tok)
+
+
+def cancel_leftover_jobs(output: str) -> None:
+    """scancel the jobs a Snakemake run submitted that are still queued or running (a failed or killed test)."""
+    for jobid in submitted_jobs(output):
+        try:
+            state = slurm_job(jobid).get("JobState")
+        except (subprocess.CalledProcessError, FileNotFoundError):
+            continue
+        if state in ("PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "REQUEUED"):
+            subprocess.run(["scancel", jobid], check=False)
