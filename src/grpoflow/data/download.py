@@ -33,7 +33,11 @@ def download_dataset(name: str, spec: dict, manifest_path: str) -> dict:
         files, origin = _hub(spec["hub"], out_dir, where, name)
     manifest = {"dataset": name, "source": source, "origin": origin, "files": {}}
     for split, path in sorted(files.items()):
-        rows = read_records(str(path), what=f"{where} {split} file")
+        what = f"{where} {split} file"
+        if source == "local":  # name what the user can fix: the config key and their file, not the copy made here
+            key = _local_name(spec["local"], split)
+            what = f"{where}.local.{key} = {spec['local'][key]!r}, copied to"
+        rows = read_records(str(path), what=what)
         manifest["files"][split] = {"path": os.path.basename(path), "sha256": sha256_file(path), "rows": len(rows)}
         log.info("%s: %s split: %d rows from %s", name, split, len(rows), path)
     # The manifest is the rule's output: written last, so a half-finished download never looks complete.
@@ -59,11 +63,16 @@ def _copy_into(src: str, out_dir: Path, split: str) -> Path:
     return dest
 
 
+def _local_name(spec: dict, split: str) -> str:
+    """The `local:` key that gives a split's file (`path` is the train split)."""
+    return "path" if "path" in spec and split == "train" else split
+
+
 def _local(spec: dict, out_dir: Path, where: str):
     wanted = {("train" if key == "path" else key): path for key, path in spec.items()}
     files, origin = {}, {}
     for split, path in sorted(wanted.items()):
-        key = f"{where}.local.{'path' if 'path' in spec and split == 'train' else split}"
+        key = f"{where}.local.{_local_name(spec, split)}"
         if not os.path.isfile(path):
             raise DataError(f"{key}: file {path!r} not found (relative paths are relative to the workflow directory {os.getcwd()}): fix the path")
         if os.path.splitext(path)[1].lower() not in FORMATS:

@@ -58,7 +58,8 @@ def _read_jsonl(path: str, label: str) -> list[dict]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise DataError(f"{label}: line {lineno} is not valid JSON ({exc.msg} at column {exc.colno})") from None
+                # json's messages may end in "at" ("Invalid control character at"): the position follows once.
+                raise DataError(f"{label}: line {lineno} is not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})") from None
     return rows
 
 
