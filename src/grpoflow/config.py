@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -285,6 +286,7 @@ def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> None:
     if rewards.get("weights") is not None and len(rewards["weights"]) != len(rewards["funcs"]):
         raise ConfigError(f"config error: {where}.rewards.weights has {len(rewards['weights'])} values for {len(rewards['funcs'])} funcs {rewards['funcs']}: give one weight per func")
     _check_rewards(where, rewards)
+    _check_no_credentials(where, exp)
     _check_merge_step(where, exp)
     backend_check = _backend_check(exp["backend"])
     if backend_check:
@@ -292,6 +294,30 @@ def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> None:
     up = exp["upload"]
     if up["enabled"] and not up.get("repo_id"):
         raise ConfigError(f"config error: {where}.upload.enabled is true but upload.repo_id is not set (e.g. your-org/{name})")
+
+
+# Parts of a name that make it a credential (HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY, hub_token), matched
+# as whole words so that e.g. TOKENIZERS_PARALLELISM is not one.
+_CREDENTIAL_WORDS = {"token", "secret", "password", "passwd", "credential", "credentials", "apikey"}
+
+
+def is_credential_name(name: str) -> bool:
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    return bool(words) and (bool(_CREDENTIAL_WORDS.intersection(words)) or words[-1] == "key")
+
+
+def _check_no_credentials(where: str, exp: dict) -> None:
+    """Credentials come from the environment only. The settings below become the training command, which
+    Snakemake prints and every log keeps (and config files end up in git)."""
+    verl, trl = exp.get("verl") or {}, exp.get("trl") or {}
+    named = [(f"verl.env.{k}", k) for k in verl.get("env") or {}]
+    named += [(f"verl.extra_overrides ({o.split('=', 1)[0]})", o.split("=", 1)[0].rsplit(".", 1)[-1]) for o in verl.get("extra_overrides") or []]
+    named += [(f"trl.extra_args.{k}", k) for k in trl.get("extra_args") or {}]
+    for key, name in named:
+        if is_credential_name(name):
+            env = name.upper() if key.startswith("verl.env") else "HF_TOKEN, WANDB_API_KEY"
+            raise ConfigError(f"config error: {where}.{key} is a credential, which would be printed and logged with the training command: remove it from the "
+                              f"config and export it in the shell that runs snakemake ({env}); every job inherits that environment")
 
 
 def saved_steps(total: int, save_freq: int, keep: int | None) -> list[int]:

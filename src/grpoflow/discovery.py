@@ -15,6 +15,7 @@ and a tokenizer. Usage from a shell: ``python -m grpoflow.discovery path results
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import re
@@ -48,6 +49,18 @@ def check_hf_dir(path: Path) -> dict:
     return {"weights": weights, "tokenizer": tokenizer}
 
 
+def check_remote_code(path: Path, trusted: bool, key: str) -> None:
+    """A model dir whose config.json maps its classes to Python files shipped with it (``auto_map``) runs that
+    code when loaded; refuse it unless ``key`` (a per-model trust_remote_code setting) is true."""
+    try:
+        auto_map = json.loads((path / "config.json").read_text(encoding="utf-8")).get("auto_map")
+    except (OSError, ValueError, AttributeError):
+        return  # check_hf_dir or the loader reports a missing or unreadable config.json
+    if auto_map and not trusted:
+        raise DataError(f"{path} ships its own Python code (config.json auto_map: {', '.join(sorted(auto_map))}), which is only run when allowed: "
+                        f"set {key}: true if you trust that code")
+
+
 def checkpoint_steps(run_dir: str | Path, pattern: re.Pattern = STEP_DIR) -> dict[int, Path]:
     """Step dirs of a run by step number (numeric order, not lexical); {} when ``run_dir`` does not exist."""
     root = Path(run_dir)
@@ -68,7 +81,7 @@ def _hf_candidates(ckpt: Path, hf_subdir: str) -> list[Path]:
 def discover(spec: dict) -> dict:
     """``spec`` is an experiment's `sft` section. Returns the record written to sft.json."""
     if spec.get("model"):
-        return _explicit_model(spec["model"])
+        return _explicit_model(spec["model"], spec.get("trust_remote_code", False))
     run_dir = Path(spec["run_dir"])
     hf_subdir = spec.get("hf_subdir") or "huggingface"
     if not run_dir.is_dir():
@@ -95,16 +108,18 @@ def discover(spec: dict) -> dict:
         looked.append(str(cand))
         if cand.is_dir() and (cand / "config.json").is_file():
             files = check_hf_dir(cand)
+            check_remote_code(cand, spec.get("trust_remote_code", False), "sft.trust_remote_code")
             log.info("SFT checkpoint: %s (step %d, found by %s)", cand, step, how)
             return {"path": str(cand.resolve()), "step": step, "found_by": how, "run_dir": str(run_dir.resolve()),
                     "checkpoint": str(ckpt.resolve()), "hf_subdir": hf_subdir, "files": files, "hub_id": None}
     raise DataError(f"step {step} of {run_dir} ({how}) has no Hugging Face model: looked in {', '.join(looked)}; set sft.hf_subdir to the sub-folder holding it (e.g. huggingface_fast_math_r1)")
 
 
-def _explicit_model(model: str) -> dict:
+def _explicit_model(model: str, trusted: bool) -> dict:
     path = Path(model)
     if path.exists():
         files = check_hf_dir(path)
+        check_remote_code(path, trusted, "sft.trust_remote_code")
         return {"path": str(path.resolve()), "step": None, "found_by": "sft.model (local dir)", "run_dir": None,
                 "checkpoint": None, "hf_subdir": None, "files": files, "hub_id": None}
     if HUB_ID.match(model) and not model.startswith(("./", "../", "/")):
@@ -141,8 +156,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "path":
         print(guarded(model_path, args.sft_json, what="grpoflow.discovery path"))
     else:
-        import json
-
         record = guarded(discover, {"run_dir": args.run_dir, "hf_subdir": args.hf_subdir, "step": "latest"}, what="grpoflow.discovery find")
         print(json.dumps(record, indent=2))
     return 0

@@ -50,7 +50,7 @@ def experiment_config():
             "r16": {
                 "backend": "verl", "data": {"dataset": "arith"}, "sft": {"model": "Qwen/Qwen3-0.6B"},
                 "grpo": {"total_steps": 3, "lora": {"rank": 16}, "prompts_per_step": 8, "num_generations": 4},
-                "verl": {"env": {"WANDB_API_KEY": "wandb-secret-value"}, "rollout": {"tensor_model_parallel_size": 1}, "ppo_mini_batch_size": 8},
+                "verl": {"env": {"WANDB_PROJECT": "wandb-secret-value"}, "rollout": {"tensor_model_parallel_size": 1}, "ppo_mini_batch_size": 8},
                 "resources": {"gpus_per_node": 1},
                 "upload": {"enabled": True, "repo_id": "grpoflow-test/r16"},
             }

@@ -63,7 +63,7 @@ def test_upload_is_complete_and_idempotent(experiment_config, run, hub, with_tok
     assert card.startswith("---\nbase_model: Qwen/Qwen3-0.6B\n") and len(files["README.md"]) == first["files"][-1]["size"]
     assert "| arith | 50.0% | 90.0% | 60.0% | 5.0% | 2.0% | 30.5 | 200 | greedy, max 48 tokens |" in card
     assert "- grpoflow commit: `deadbeef`" in card and "node17" not in card
-    assert "wandb-secret-value" not in card and "WANDB_API_KEY: <redacted>" in card
+    assert "wandb-secret-value" not in card and "WANDB_PROJECT: <redacted>" in card
     assert "The LoRA adapter (rank 16) is merged into the weights" in card
     assert first["sent"] and first["changed"] and first["commit"] == hub.head("grpoflow-test/r16")
     assert all(r["authorized"] for r in hub.requests)

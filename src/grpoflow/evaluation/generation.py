@@ -11,8 +11,9 @@ import json
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
-from grpoflow.discovery import HUB_ID
+from grpoflow.discovery import HUB_ID, check_remote_code
 from grpoflow.errors import DataError, GrpoflowError
 from grpoflow.io import read_json
 
@@ -60,7 +61,10 @@ def resolve_model(name: str, entry: dict, inputs: dict) -> ModelSource:
     path = entry["path"]
     if not os.path.isdir(path) and (os.path.exists(path) or not HUB_ID.match(path)):
         raise DataError(f"evaluation.models.{name}.path = {path!r} is neither a model directory nor a Hub id (org/name)")
-    return ModelSource(name, kind, path, trust_remote_code=bool(entry.get("trust_remote_code", False)))
+    trust = bool(entry.get("trust_remote_code", False))
+    if os.path.isdir(path):
+        check_remote_code(Path(path), trust, f"evaluation.models.{name}.trust_remote_code")
+    return ModelSource(name, kind, path, trust_remote_code=trust)
 
 
 def load_tokenizer(source: ModelSource):
