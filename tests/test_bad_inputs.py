@@ -109,18 +109,18 @@ def test_missing_data_file(wd):
 
 def test_empty_data_file(wd):
     msg = job_error(wd, _local_test_file(wd, "empty.jsonl", b""), GSM8K_TEST, GSM8K_LOG)
-    assert msg == "grpoflow: error: datasets.gsm8k_sample.local.test = 'empty.jsonl', copied to (resources/data/gsm8k_sample/test.jsonl): file is empty"
+    assert msg == "grpoflow: error: datasets.gsm8k_sample.local.test = 'empty.jsonl', read from its copy (resources/data/gsm8k_sample/test.jsonl): file is empty"
 
 
 def test_corrupt_jsonl_data_file(wd):
     good = (REPO / "data/gsm8k_sample/test.jsonl").read_bytes().splitlines(keepends=True)
     msg = job_error(wd, _local_test_file(wd, "cut.jsonl", b"".join(good[:3]) + good[3][:40] + b"\n" + b"".join(good[4:])), GSM8K_TEST, GSM8K_LOG)
-    assert msg.startswith("grpoflow: error: datasets.gsm8k_sample.local.test = 'cut.jsonl', copied to (resources/data/gsm8k_sample/test.jsonl): line 4 is not valid JSON (")
+    assert msg.startswith("grpoflow: error: datasets.gsm8k_sample.local.test = 'cut.jsonl', read from its copy (resources/data/gsm8k_sample/test.jsonl): line 4 is not valid JSON (")
 
 
 def test_corrupt_parquet_data_file(wd):
     msg = job_error(wd, _local_test_file(wd, "bad.parquet", b"PAR1" + os.urandom(200)), GSM8K_TEST, GSM8K_LOG)
-    assert msg.startswith("grpoflow: error: datasets.gsm8k_sample.local.test = 'bad.parquet', copied to (resources/data/gsm8k_sample/test.parquet): not a readable Parquet file (")
+    assert msg.startswith("grpoflow: error: datasets.gsm8k_sample.local.test = 'bad.parquet', read from its copy (resources/data/gsm8k_sample/test.parquet): not a readable Parquet file (")
 
 
 def test_benchmark_file_without_the_answer_column(wd):

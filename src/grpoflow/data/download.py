@@ -36,7 +36,7 @@ def download_dataset(name: str, spec: dict, manifest_path: str) -> dict:
         what = f"{where} {split} file"
         if source == "local":  # name what the user can fix: the config key and their file, not the copy made here
             key = _local_name(spec["local"], split)
-            what = f"{where}.local.{key} = {spec['local'][key]!r}, copied to"
+            what = f"{where}.local.{key} = {spec['local'][key]!r}, read from its copy"
         rows = read_records(str(path), what=what)
         manifest["files"][split] = {"path": os.path.basename(path), "sha256": sha256_file(path), "rows": len(rows)}
         log.info("%s: %s split: %d rows from %s", name, split, len(rows), path)
