@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import shutil
 import signal
 import time
@@ -56,6 +57,9 @@ METRIC_NAMES = {
     "grad_norm": "grad_norm",
     "step_time": "time_s",
 }
+
+# A SIGTERM this soon after the first is a duplicate delivery of the same stop, not a second request.
+REPEATED_SIGNAL_S = 5.0
 
 # Settings that do not change what the steps already trained did: a rerun may change them and still resume.
 RESUMABLE_CHANGES = {("grpo", "total_steps"), ("grpo", "save_freq"), ("grpo", "max_checkpoints_to_keep"), ("trl", "logging_steps")}
@@ -186,16 +190,27 @@ def _callbacks(live_metrics: Path):
                 fh.write(json.dumps(metrics_row(state.global_step, logs)) + "\n")
 
     class StopOnSigterm(TrainerCallback):
-        """SIGTERM ends the run at the next step boundary with a checkpoint; a second SIGTERM kills at once."""
+        """SIGTERM ends the run at the next step boundary with a checkpoint; a second SIGTERM kills at once. SLURM
+        often delivers one stop twice within milliseconds (to the job step, and forwarded by srun): a repeat
+        within REPEATED_SIGNAL_S of the first is the same request."""
 
         def __init__(self):
-            self.requested = False
+            self.requested_at: float | None = None
             signal.signal(signal.SIGTERM, self._handler)
 
+        @property
+        def requested(self) -> bool:
+            return self.requested_at is not None
+
         def _handler(self, signum, frame):
-            log.warning("SIGTERM: saving a checkpoint after this step, then stopping (send again to stop now)")
-            self.requested = True
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            now = time.monotonic()
+            if self.requested_at is None:
+                log.warning("SIGTERM: saving a checkpoint after this step, then stopping (send again to stop now)")
+                self.requested_at = now
+            elif now - self.requested_at > REPEATED_SIGNAL_S:
+                log.warning("second SIGTERM: stopping now, without a checkpoint")
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
 
         def on_step_end(self, args, state, control, **kwargs):
             if self.requested:

@@ -1,0 +1,75 @@
+"""The GRPO trainer and stop signals as SLURM delivers them: at a time limit the job step gets SIGTERM twice within
+milliseconds (seen on the local cluster: the trainer was killed by the second one mid-save, exit 143). A repeat
+that close is the same stop: the step finishes and a checkpoint is saved; a later SIGTERM still stops at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from faultkit import EXPERIMENT, fault_config, latest_checkpoint, wait_for
+from grpoflow_testing import BIN, PYTHON
+
+from grpoflow.config import resolve_config
+from grpoflow.train.trl_grpo import training_spec
+
+pytestmark = pytest.mark.slow
+
+
+def trainer(tmp_path: Path, model: str, total_steps: int) -> tuple[subprocess.Popen, Path]:
+    """`python -m grpoflow.train.trl_grpo --spec ...` as train_grpo runs it, in its own process group."""
+    from grpoflow.discovery import discover_to_file
+
+    cfg = resolve_config(fault_config(model, total_steps=total_steps, save_freq=2, runtime=10))
+    discover_to_file({"model": model}, str(tmp_path / "sft.json"))
+    inputs = {"train": str(Path(model).parent / "train.parquet"), "sft": str(tmp_path / "sft.json")}
+    outputs = {"marker": str(tmp_path / "marker.json"), "metrics": str(tmp_path / "metrics.jsonl")}
+    spec = training_spec(cfg, EXPERIMENT, inputs, outputs)
+    spec["checkpoint_dir"] = str(tmp_path / "results" / EXPERIMENT / "checkpoints")
+    log = tmp_path / "train.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([PYTHON, "-m", "grpoflow.train.trl_grpo", "--spec", json.dumps(spec)], stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+    return proc, log
+
+
+def test_sigterm_delivered_twice_still_saves_a_checkpoint(tmp_path, fault_start_model):
+    proc, log = trainer(tmp_path, fault_start_model, total_steps=200)
+    try:
+        wait_for("the first checkpoint", lambda: latest_checkpoint(tmp_path) >= 2 or proc.poll() is not None, 300)
+        os.killpg(proc.pid, signal.SIGTERM)
+        time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=120) == 1, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    stopped = latest_checkpoint(tmp_path)
+    assert log.read_text().rstrip().splitlines()[-1].startswith(f"grpoflow: error: training of {EXPERIMENT} stopped at step {stopped} of grpo.total_steps = 200")
+    assert 2 <= stopped < 200 and not (tmp_path / "marker.json").exists()
+
+
+def test_a_later_second_sigterm_stops_at_once(tmp_path):
+    """The handler itself, in a child process: a repeat within the window keeps the graceful stop; one later
+    kills the process at once."""
+    script = f"""
+import signal, sys
+from pathlib import Path
+from grpoflow.train import trl_runner
+stop = next(c for c in trl_runner._callbacks(Path({str(tmp_path / 'live.jsonl')!r})) if type(c).__name__ == "StopOnSigterm")
+signal.raise_signal(signal.SIGTERM)
+signal.raise_signal(signal.SIGTERM)
+assert stop.requested, "not requested"
+print("still running after a repeated SIGTERM", flush=True)
+stop.requested_at -= trl_runner.REPEATED_SIGNAL_S + 1
+signal.raise_signal(signal.SIGTERM)
+print("not stopped", flush=True)
+"""
+    proc = subprocess.run([PYTHON, "-c", script], capture_output=True, text=True, timeout=120)
+    assert "still running after a repeated SIGTERM" in proc.stdout and "not stopped" not in proc.stdout, proc.stderr[-2000:]
+    assert proc.returncode == -signal.SIGTERM
