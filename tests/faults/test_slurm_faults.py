@@ -5,8 +5,8 @@ Two scenarios, run side by side (one waits on SLURM's one-minute time-limit gran
 time limit  train_grpo exceeds its time limit (the config's `resources.runtime: 1`). To be sure the job is still
             training when the limit comes whatever the machine's speed, the test pauses the trainer (SIGSTOP)
             after its first checkpoint: SLURM then really times the job out (TIMEOUT; SIGTERM, and SIGKILL after
-            KillWait). The profile's `retries` resubmits it in the same Snakemake run; the new attempt resumes from
-            the last complete checkpoint and finishes inside its own one-minute limit.
+            KillWait). The trainer saves at the SIGTERM; the profile's `retries` resubmits the job in the same
+            Snakemake run, and the new attempt resumes from that checkpoint and finishes inside its own limit.
 Ctrl-C      while training runs: a second `snakemake` on the same directory is refused by Snakemake's lock and
             changes nothing; then Ctrl-C (SIGINT) on the first one: the plugin scancels the job, the trainer gets
             SIGTERM, finishes its step, saves a checkpoint and exits 1 with no outputs; rerunning the same command
@@ -16,6 +16,7 @@ Ctrl-C      while training runs: a second `snakemake` on the same directory is r
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -137,6 +138,10 @@ def test_time_limit_is_rerun_per_profile_and_resumes(faults):
     log = _log(t["wd"] / TRAIN_LOG)
     resumed = int(log.split(f"resuming from {CHECKPOINTS}/checkpoint-", 1)[1].split()[0])
     assert resumed >= t["paused_at"] >= 2
+    # At the limit SLURM sends SIGCONT, then SIGTERM (twice), then SIGKILL after KillWait: the trainer finished its
+    # step, saved, and said so in one line (printed by show-failed-logs), and the retry resumed from that save.
+    stopped = re.search(rf"grpoflow: error: training of fault stopped at step (\d+) of grpo.total_steps = {TIME_LIMIT_STEPS} \(interrupted\)", t["out"])
+    assert stopped and int(stopped.group(1)) == resumed, t["out"][-6000:]
     _finished_cleanly(t["wd"], TIME_LIMIT_STEPS)
 
 
