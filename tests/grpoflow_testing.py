@@ -80,9 +80,11 @@ def copy_workdir(src: Path, dst: Path) -> Path:
 
 SLURM_START = REPO / "tests" / "slurm" / "start.sh"
 SLURM_PROFILE = ["--profile", str(REPO / "profiles" / "slurm")]
-# All CI changes about the profile: poll job states after 1 s instead of its 20 (then +10 s per idle poll, the
-# plugin's own back-off). Resource requests stay the profile's and the config's.
+# All CI changes about the profile: poll job states after 1 s instead of its 20, and at most every 3 s after that
+# instead of the plugin's back-off (+10 s per idle poll, up to 180 s): tests/slurm/snakemake_ci.py. Resource
+# requests stay the profile's and the config's.
 SLURM_CI_ARGS = ["--slurm-init-seconds-before-status-checks", "1"]
+SNAKEMAKE_CI = [str(BIN / "python"), str(REPO / "tests" / "slurm" / "snakemake_ci.py")]
 SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+)")
 
 
@@ -103,8 +105,10 @@ def start_local_slurm(nodes: int = 2) -> dict:
 def snakemake_slurm_command(args: list[str], workdir: Path, timeout: int) -> list[str]:
     """``snakemake --profile profiles/slurm`` + SLURM_CI_ARGS + ``args``, under ``timeout -s INT``: at the limit
     Snakemake gets a Ctrl-C, on which it cancels its SLURM jobs (SIGTERM would make it wait for them), and a
-    KILL 60 s later in case it hangs."""
-    return ["timeout", "-s", "INT", "-k", "60", str(timeout), SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir),
+    KILL 60 s later in case it hangs. ``--foreground``: a signal reaches Snakemake once, as a Ctrl-C does; without
+    it timeout sends it again to its whole process group, and the second SIGINT interrupted the plugin's own
+    ``scancel`` (the job then ran on)."""
+    return ["timeout", "--foreground", "-s", "INT", "-k", "60", str(timeout), *SNAKEMAKE_CI, "-s", str(REPO / "Snakefile"), "-d", str(workdir),
             *SLURM_PROFILE, *SLURM_CI_ARGS, *args]
 
 

@@ -296,14 +296,22 @@ def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> None:
         raise ConfigError(f"config error: {where}.upload.enabled is true but upload.repo_id is not set (e.g. your-org/{name})")
 
 
-# Parts of a name that make it a credential (HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY, hub_token), matched
-# as whole words so that e.g. TOKENIZERS_PARALLELISM is not one.
-_CREDENTIAL_WORDS = {"token", "secret", "password", "passwd", "credential", "credentials", "apikey"}
+# A name is a credential when it ends in a secret's word (HF_TOKEN, hub_token, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY)
+# or says secret/password anywhere. Only the last words count, because verl and TRL have many ordinary settings
+# that contain them: data.response_key, data.reward_fn_key, ppo_max_token_len_per_gpu, pad_token, TOKENIZERS_PARALLELISM.
+_SECRET_WORDS = {"secret", "password", "passwd", "credential", "credentials", "apikey"}
+_TOKEN_KINDS = {"pad", "eos", "bos", "unk", "sep", "cls", "mask", "max", "min", "num", "special", "chat"}
+_KEY_KINDS = {"api", "access", "secret", "private", "auth", "signing", "encryption"}
 
 
 def is_credential_name(name: str) -> bool:
     words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
-    return bool(words) and (bool(_CREDENTIAL_WORDS.intersection(words)) or words[-1] == "key")
+    if not words:
+        return False
+    before = words[-2] if len(words) > 1 else ""
+    return (bool(_SECRET_WORDS.intersection(words))
+            or (words[-1] == "token" and before not in _TOKEN_KINDS)
+            or (words[-1] == "key" and before in _KEY_KINDS))
 
 
 def _check_no_credentials(where: str, exp: dict) -> None:

@@ -93,3 +93,59 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 def read_json(path: str | os.PathLike) -> Any:
     with open(path, encoding="utf-8") as fh:
         return json.load(fh)
+
+
+LOCK_NAME = ".grpoflow-trainer.lock"
+
+
+@contextlib.contextmanager
+def exclusive_dir(path: str | os.PathLike, *, wait_s: float = 300, poll_s: float = 1.0) -> Iterator[None]:
+    """Hold ``path``'s trainer lock while the block runs: one trainer per checkpoint dir.
+
+    After Ctrl-C or ``scancel``, Snakemake exits at once while the cancelled job is still saving its checkpoint
+    (SLURM state COMPLETING, up to its KillWait). A rerun started meanwhile would see that checkpoint half
+    written, remove it as cut off, and race the old trainer in the same dir. So a trainer waits here (up to
+    ``wait_s``) for the previous one to let go. flock works across nodes on NFS (as POSIX locks); where the file
+    system has no locks (some Lustre mounts) this warns and goes on without one.
+    """
+    import fcntl
+    import logging
+    import socket
+    import time
+
+    from grpoflow.errors import GrpoflowError
+
+    log = logging.getLogger(__name__)
+    Path(path).mkdir(parents=True, exist_ok=True)
+    lock = Path(path) / LOCK_NAME
+    with open(lock, "a+") as fh:
+        deadline, said = time.monotonic() + wait_s, False
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                fh.seek(0)
+                holder = fh.read().strip() or "unknown"
+                if time.monotonic() >= deadline:
+                    raise GrpoflowError(f"{path} is still in use by another trainer ({holder}) after {wait_s:.0f} s: wait until it has ended (squeue --me), then rerun; "
+                                        f"if none runs any more, remove {lock}")
+                if not said:
+                    log.warning("waiting for the trainer that still holds %s (%s) to finish saving", path, holder)
+                    said = True
+                time.sleep(poll_s)
+            except OSError as err:  # ENOLCK / EOPNOTSUPP: no locks on this file system
+                log.warning("cannot lock %s (%s): not guarding against a second trainer in the same dir", lock, err.strerror)
+                yield
+                return
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} on {socket.gethostname()}, SLURM job {os.environ.get('SLURM_JOB_ID', '-')}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fh.seek(0)
+            fh.truncate()  # no holder any more (a killed one leaves its line, and no lock)
+            fh.flush()
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -197,7 +197,7 @@ def _local_model_dir(base: str) -> Path | None:
         from huggingface_hub import snapshot_download
 
         return Path(snapshot_download(base, local_files_only=True))
-    except Exception:  # noqa: BLE001: not cached (or not a Hub id): the comparison is skipped, and said so
+    except Exception:  # noqa: BLE001 (not cached, or not a Hub id: the comparison is skipped, and said so)
         return None
 
 
@@ -235,7 +235,7 @@ def check_merged(model_dir: Path, base: str) -> dict[str, Any]:
 
     try:
         model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto", output_loading_info=True)
-    except Exception as err:  # noqa: BLE001: any load failure is the finding
+    except Exception as err:  # noqa: BLE001 (any load failure is the finding)
         raise GrpoflowError(f"the merged model in {model_dir} does not load with transformers: {type(err).__name__}: {' '.join(str(err).split())[:300]}")
     problems = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
     if problems:

@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO / "tests" / "hub"))
 from fakehub import FakeHub  # noqa: E402
 
 
-from grpoflow_testing import make_workdir, snakemake  # noqa: E402
+from grpoflow_testing import LOCAL_PROFILE, SHORT_CONFIG, copy_workdir, make_workdir, snakemake  # noqa: E402
 
 
 def job_counts(stdout: str) -> dict[str, int]:
@@ -86,81 +86,60 @@ def test_evaluate_and_report_without_training(tmp_path, tiny_model):
     assert _dry(wd, _write(wd / "eval-only.yaml", config)) == {"evaluate": 1, "report": 1, "all": 1}
 
 
-def _pipeline_config(tiny: Path) -> dict:
-    return {
-        "datasets": {"mini": {"source": "local", "local": {"train": "train.jsonl", "test": "test.jsonl"}, "format": "gsm8k",
-                              "prompt": {"system": "Put the final answer in \\boxed{}.", "template": "{question}"}}},
-        "defaults": {
-            "backend": "trl", "data": {"dataset": "mini", "val_split": None}, "sft": {"model": str(tiny), "name": "tiny-sft"},
-            "grpo": {"total_steps": 2, "prompts_per_step": 2, "num_generations": 2, "max_prompt_length": 64, "max_response_length": 8},
-            "resources": {"gpus_per_node": 0, "cpus_per_task": 1, "mem_mb": 2000, "runtime": 10},
-        },
-        "experiments": {"e1": {}},
-        "evaluation": {"max_new_tokens": 6, "batch_size": 4, "benchmarks": {"mini": {"dataset": "mini", "split": "test"}},
-                       "resources": {"gpus": 0, "cpus_per_task": 1, "mem_mb": 2000, "runtime": 10}},
-        "report": {"primary_benchmark": "mini"},
-    }
+E1 = "tiny-arith-seed1"
 
 
 @pytest.mark.slow
-def test_changing_only_evaluation_settings_reruns_only_evaluate_and_report(tmp_path, tiny_model):
-    """A finished pipeline: data and SFT discovery really run; training and merging are recorded as done with
-    `--touch` over hand-made outputs (training itself is tested elsewhere); evaluate/report/upload really run."""
-    wd = make_workdir(tmp_path)
-    _gsm8k_file(wd / "test.jsonl", 4)
-    shutil.copy(REPO / "data" / "gsm8k_sample" / "train.jsonl", wd / "train.jsonl")
-    config = _pipeline_config(tiny_model)
-    cfg = _write(wd / "pipeline.yaml", config)
-    snakemake(["-c1", "results/data/mini/test.parquet", "results/data/mini/train.parquet", "results/e1/sft.json", "--configfile", cfg], wd)
-    # `snakemake baselines`: the SFT start is evaluated with no training job in the DAG.
-    assert job_counts(snakemake(["-n", "baselines", "--configfile", cfg], wd).stdout) == {"evaluate": 1, "baselines": 1}
-    run = wd / "results" / "e1"
-    (run / "training_complete.json").write_text(json.dumps({"experiment": "e1", "planned_steps": 2, "final_step": 2, "provenance": {"git_commit": "abc"}}))
-    (run / "train_metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward": 0.1 * s, "reward/accuracy": 0.1 * s, "accuracy": 0.1 * s, "response_length": 8 - s}) + "\n" for s in (1, 2)))
-    shutil.copytree(tiny_model, run / "model")
-    snakemake(["-c1", "--configfile", cfg, "--touch", "--forcerun", "train_grpo", "merge_checkpoint", "--until", "merge_checkpoint", "--", "results/e1/model"], wd)
-    assert _dry(wd, cfg) == {"evaluate": 2, "report": 1, "upload_to_hub": 1, "all": 1}
-    snakemake(["-c1", "--configfile", cfg], wd)
-    assert _dry(wd, cfg) == {}
-    record = json.loads((run / "upload.json").read_text())
-    assert record["sent"] is False and record["enabled"] is False
+def test_changing_only_evaluation_settings_reruns_only_evaluate_and_report(tmp_path, short_local_run):
+    """On a copy of the session's finished shortened run (conftest.short_local_run): what each kind of change
+    schedules, and upload_to_hub really running (dry run, refused without a token, accepted by a stand-in Hub)."""
+    wd = copy_workdir(short_local_run, tmp_path / "wd")
+    run = wd / "results" / E1
+    overlay = wd / "overlay.yaml"
 
+    def plan(extra: dict | None = None) -> dict[str, int]:
+        overlay.write_text(yaml.safe_dump(extra or {}))
+        return job_counts(snakemake([*LOCAL_PROFILE, "-n", *SHORT_CONFIG, str(overlay)], wd).stdout)
+
+    assert plan() == {}
     md = (wd / "results/report/summary.md").read_text()
-    before = json.loads((wd / "results/tiny-sft/eval/mini.json").read_text())["metrics"]["accuracy"]
-    after = json.loads((run / "eval/mini.json").read_text())["metrics"]["accuracy"]
+    before = json.loads((wd / "results/tiny-arith-sft/eval/arith.json").read_text())["metrics"]["accuracy"]
+    after = json.loads((run / "eval/arith.json").read_text())["metrics"]["accuracy"]
     assert f"{100 * after:.1f}%" in md and f"{100 * (after - before):+.1f} pts" in md
     assert (wd / "results/report/plots/training_reward.png").is_file() and (wd / "results/report/plots/training_reward_components.png").is_file()
 
-    # 1. An evaluation setting: evaluate (both models) + report; no data, training, merge or upload job.
-    config["evaluation"]["max_new_tokens"] = 5
-    assert _dry(wd, _write(wd / "pipeline.yaml", config)) == {"evaluate": 2, "report": 1, "all": 1}
-    config["evaluation"]["max_new_tokens"] = 6
+    # 1. An evaluation setting: evaluate (3 models x 2 benchmarks) + report; no data, training, merge or upload job.
+    assert plan({"evaluation": {"max_new_tokens": 5}}) == {"evaluate": 6, "report": 1, "all": 1}
     # 2. The control: a change upstream (the dataset's prompt) is seen and reruns from the conversion on.
-    config["datasets"]["mini"]["prompt"]["system"] = "Think, then answer."
-    assert {"convert_to_parquet", "evaluate", "report"} <= set(_dry(wd, _write(wd / "pipeline.yaml", config)))
-    config["datasets"]["mini"]["prompt"]["system"] = "Put the final answer in \\boxed{}."
+    assert {"convert_to_parquet", "train_grpo", "evaluate", "report"} <= set(plan({"datasets": {"arith": {"prompt": {"system": "Think, then answer."}}}}))
     # 3. Switching upload on (dry run): upload_to_hub alone.
-    config["experiments"]["e1"] = {"upload": {"enabled": True, "repo_id": "grpoflow-test/e1", "dry_run": True}}
-    cfg = _write(wd / "pipeline.yaml", config)
-    assert _dry(wd, cfg) == {"upload_to_hub": 1, "all": 1}
-    snakemake(["-c1", "--configfile", cfg], wd)
+    upload = {"experiments": {E1: {"upload": {"enabled": True, "repo_id": "grpoflow-test/e1", "dry_run": True}}}}
+    assert plan(upload) == {"upload_to_hub": 1, "all": 1}
+    snakemake([*LOCAL_PROFILE, *SHORT_CONFIG, str(overlay)], wd)
     record = json.loads((run / "upload.json").read_text())
     assert record["dry_run"] and not record["sent"] and "README.md" in [f["path"] for f in record["files"]]
 
     # 4. The real upload, through the rule, to the stand-in Hub; the token never reaches a file.
     token = "hf_" + "a1b2c3d4" * 4 + "e5"
-    config["experiments"]["e1"]["upload"]["dry_run"] = False
-    cfg = _write(wd / "pipeline.yaml", config)
+    upload["experiments"][E1]["upload"]["dry_run"] = False
+    overlay.write_text(yaml.safe_dump(upload))
+    args = [*LOCAL_PROFILE, *SHORT_CONFIG, str(overlay)]
     with FakeHub(token) as hub:
-        no_token = snakemake(["-c1", "--configfile", cfg], wd, env={"HF_ENDPOINT": hub.url, "HF_TOKEN": "", "HF_HOME": str(tmp_path / "hf")}, check=False)
+        no_token = snakemake(args, wd, env={"HF_ENDPOINT": hub.url, "HF_TOKEN": "", "HF_HOME": str(tmp_path / "hf")}, check=False)
         assert no_token.returncode != 0 and hub.requests == []
-        assert "grpoflow: error: no Hugging Face token for uploading e1 to grpoflow-test/e1" in (wd / "logs/upload_to_hub/e1.log").read_text()
-        snakemake(["-c1", "--configfile", cfg], wd, env={"HF_ENDPOINT": hub.url, "HF_TOKEN": token, "HF_HOME": str(tmp_path / "hf")})
+        assert f"grpoflow: error: no Hugging Face token for uploading {E1} to grpoflow-test/e1" in (wd / f"logs/upload_to_hub/{E1}.log").read_text()
+        snakemake(args, wd, env={"HF_ENDPOINT": hub.url, "HF_TOKEN": token, "HF_HOME": str(tmp_path / "hf")})
         files = hub.repos["grpoflow-test/e1"].files("main")
         assert files["model.safetensors"] == (run / "model" / "model.safetensors").read_bytes()
-        assert "| mini |" in files["README.md"].decode()
+        assert "| arith |" in files["README.md"].decode()
     record = json.loads((run / "upload.json").read_text())
     assert record["sent"] and record["changed"]
     for path in [*wd.joinpath("logs").rglob("*"), *wd.joinpath("results").rglob("*.json"), *wd.joinpath(".snakemake/log").rglob("*")]:
         if path.is_file():
             assert token not in path.read_text(errors="replace"), path
+
+    # 5. `snakemake baselines` before any training: the SFT start is evaluated, no training job is in the DAG.
+    for exp in ("tiny-arith-seed1", "tiny-arith-seed2"):
+        shutil.rmtree(wd / "results" / exp)
+    shutil.rmtree(wd / "results/tiny-arith-sft/eval")
+    assert job_counts(snakemake([*LOCAL_PROFILE, "-n", "baselines", *SHORT_CONFIG], wd).stdout) == {"evaluate": 2, "discover_sft_checkpoint": 1, "baselines": 1}

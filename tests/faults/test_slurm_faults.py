@@ -20,6 +20,7 @@ import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -59,6 +60,14 @@ def _start_time_limit_run(tmp_path_factory, model) -> dict:
     return {"wd": wd, "log": log, "proc": proc, "job": job, "paused_at": latest_checkpoint(wd)}
 
 
+def process_state(pid: int) -> str:
+    """One letter from /proc/PID/stat: R, S, T (stopped), ...; "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
 def _ctrl_c_run(tmp_path_factory, model) -> dict:
     wd = _workdir(tmp_path_factory, "fault-ctrl-c", fault_config(model, total_steps=CTRL_C_STEPS, save_freq=2, runtime=10))
     args = [MARKER, "--configfile", "fault.yaml"]
@@ -67,16 +76,23 @@ def _ctrl_c_run(tmp_path_factory, model) -> dict:
     try:
         job = _first_job(log)
         wait_for("the first checkpoint", lambda: latest_checkpoint(wd) >= 2, 300)
+        pids = wait_for("the trainer's process", lambda: trainer_pids(job), 30)
         # Freeze the job (SLURM suspend) so that training cannot finish while the second invocation runs.
         subprocess.run(["scontrol", "suspend", job], check=True)
         second = snakemake_slurm(args, wd, check=False, timeout=300)
         state_after_second = slurm_job(job)["JobState"]
         subprocess.run(["scontrol", "resume", job], check=True)
-        time.sleep(1)
+        # Pause the trainer again (once SLURM's SIGCONT has reached it), so that it is still mid-run when the
+        # Ctrl-C's scancel comes, however fast this machine trains: SLURM's SIGCONT + SIGTERM then wake it to save.
+        wait_for("the resumed trainer", lambda: all(process_state(pid) != "T" for pid in pids), 30)
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
         first.send_signal(signal.SIGINT)  # Ctrl-C
         sent = time.monotonic()
         first.wait(timeout=300)
         exited_after = time.monotonic() - sent
+        # Snakemake exits right after scancel; the job goes on saving (COMPLETING) until the trainer exits.
+        wait_for("the cancelled job to end", lambda: slurm_job(job)["JobState"] not in ("RUNNING", "COMPLETING", "SUSPENDED"), 120)
     finally:
         if first.poll() is None:
             first.kill()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import secrets
-from pathlib import Path
 
 import pytest
 from fakehub import FakeHub

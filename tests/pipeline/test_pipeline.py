@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from grpoflow_testing import REPO, snakemake
+from grpoflow_testing import LOCAL_PROFILE as LOCAL
+from grpoflow_testing import SHORT_CONFIG as SHORT
+from grpoflow_testing import snakemake
 
 HERE = Path(__file__).resolve().parent
-SHORT = ["--configfile", str(REPO / "config" / "config.yaml"), str(HERE / "short.yaml")]
-LOCAL = ["--profile", str(REPO / "profiles" / "local")]
 EXPERIMENTS = ["tiny-arith-seed1", "tiny-arith-seed2"]
 MODELS = EXPERIMENTS + ["tiny-arith-sft"]
 BENCHMARKS = {"arith": 20, "gsm8k_sample": 8}
@@ -30,12 +30,9 @@ def planned_jobs(proc) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    from grpoflow_testing import make_workdir
-
-    wd = make_workdir(tmp_path_factory.mktemp("pipeline"))
-    snakemake([*LOCAL, *SHORT], wd, timeout=1800)
-    return wd
+def finished_run(short_local_run):
+    """The session's shortened run (conftest.short_local_run), shared with the fault tests: only read and dry-run here."""
+    return short_local_run
 
 
 def read_jsonl(path: Path) -> list[dict]:

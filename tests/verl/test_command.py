@@ -3,7 +3,6 @@ the overrides the validation composes."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shlex

@@ -160,7 +160,7 @@ def test_snakemake_submits_train_grpo_through_the_plugin(local_slurm, tmp_path, 
     its validate_config and then stops where it needs the GPU stack (not installed in the CPU test
     environment); the job fails with the wrapper's one line, last in the log, and Ray is gone."""
     import yaml
-    from grpoflow_testing import make_workdir, snakemake
+    from grpoflow_testing import make_workdir, snakemake_slurm
 
     wd = make_workdir(tmp_path)
     config = {
@@ -177,9 +177,7 @@ def test_snakemake_submits_train_grpo_through_the_plugin(local_slurm, tmp_path, 
         "evaluation": {"benchmarks": {"t": {"dataset": "gsm8k_sample", "split": "test"}}},
     }
     (wd / "twonode.yaml").write_text(yaml.safe_dump(config))
-    proc = snakemake(["results/twonode/training_complete.json", "--profile", str(REPO / "profiles/slurm"),
-                              "--slurm-init-seconds-before-status-checks", "1", "--latency-wait", "5", "--configfile", "twonode.yaml"],
-                             wd, timeout=600, check=False)
+    proc = snakemake_slurm(["results/twonode/training_complete.json", "--latency-wait", "5", "--configfile", "twonode.yaml"], wd, timeout=600, check=False)
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     log = (wd / "logs" / "train_grpo" / "twonode.log").read_text(errors="replace")
@@ -188,7 +186,7 @@ def test_snakemake_submits_train_grpo_through_the_plugin(local_slurm, tmp_path, 
     assert not (wd / "results" / "twonode" / "training_complete.json").exists()
     if nodes == 1:
         assert "nodes=1, gpu=8" in out and "mpi=" not in out
-        assert "ray_slurm" not in log and f"trainer.nnodes=1" in log
+        assert "ray_slurm" not in log and "trainer.nnodes=1" in log
         return
     assert "nodes=2, gres=gpu:8, mpi=srun, tasks_per_node=2" in out
     names = local_slurm["nodes"]

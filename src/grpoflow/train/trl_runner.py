@@ -29,7 +29,7 @@ from pathlib import Path
 from grpoflow.config import config_hash
 from grpoflow.discovery import model_path as sft_model_path
 from grpoflow.errors import ConfigError, DataError, GrpoflowError
-from grpoflow.io import atomic_write_json, atomic_write_jsonl, read_json
+from grpoflow.io import atomic_write_json, atomic_write_jsonl, exclusive_dir, read_json
 from grpoflow.provenance import provenance
 from grpoflow.rewards.trl import ZNORM_FUNC, build_reward_funcs
 from grpoflow.train.rl_data import read_rl_rows
@@ -293,14 +293,15 @@ def run_training(spec: dict) -> dict:
     """Train (or resume) to ``grpo.total_steps``; write the metrics and the completion marker. Returns the marker."""
     total = spec["grpo"]["total_steps"]
     model_path = sft_model_path(spec["sft"])
-    resume = prepare_checkpoint_dir(spec, model_path)
-    if resume is not None and resume[0] == total:
-        # Trained to the end before (e.g. killed while writing the outputs): HF Trainer would train one step more.
-        log.info("%s is the planned final step: nothing left to train", resume[1])
-        final_step = total
-    else:
-        final_step = train(spec, model_path, resume[1] if resume else None)
-    return finish(spec, model_path, final_step)
+    with exclusive_dir(spec["checkpoint_dir"]):
+        resume = prepare_checkpoint_dir(spec, model_path)
+        if resume is not None and resume[0] == total:
+            # Trained to the end before (e.g. killed while writing the outputs): HF Trainer would train one step more.
+            log.info("%s is the planned final step: nothing left to train", resume[1])
+            final_step = total
+        else:
+            final_step = train(spec, model_path, resume[1] if resume else None)
+        return finish(spec, model_path, final_step)
 
 
 def train(spec: dict, model_path: str, resume: Path | None) -> int:

@@ -31,7 +31,7 @@ from importlib import resources
 from pathlib import Path
 
 from grpoflow.errors import DataError, GrpoflowError
-from grpoflow.io import atomic_write_json, atomic_write_jsonl
+from grpoflow.io import atomic_write_json, atomic_write_jsonl, exclusive_dir
 from grpoflow.provenance import provenance
 from grpoflow.verl import checkpoints as ck
 from grpoflow.verl import metrics as vm
@@ -186,53 +186,55 @@ def train(trainer_argv: list[str], marker: str, metrics_out: str, config_hash: s
     gpus_per_node = int(ov["trainer.n_gpus_per_node"])
     experiment = ov["trainer.experiment_name"]
 
-    before = ck.latest_step(ckpt)
-    if before is not None and before > planned:
-        raise GrpoflowError(f"{ckpt} already holds step {before}, beyond grpo.total_steps = {planned}: it belongs to a longer run; raise total_steps, or set checkpoint_dir to a fresh dir")
-    if before == planned and ck.is_complete(ckpt, planned):
-        log.info("%s already holds the final step %d: not relaunching verl", ckpt, planned)
-    else:
-        log.info("checkpoint dir %s: %s", ckpt, f"resuming from step {before}" if before else "no checkpoint yet, training from step 0")
-        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-        logfile = Path(ckpt, vm.METRICS_SUBDIR, f"attempt-{stamp}-{os.environ.get('SLURM_JOB_ID', os.getpid())}.jsonl").absolute()
-        logfile.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(logfile)}
-        started = time.monotonic()
-        try:
-            rc = run_trainer(trainer_argv, nodes, gpus_per_node, env)
-        except Interrupted as stop:
-            last = ck.latest_step(ckpt)
-            raise GrpoflowError(f"training stopped by {stop.signame} at {_progress(last, planned)}: rerun to resume from it (SLURM requeue does so automatically)")
-        after = ck.latest_step(ckpt)
-        if rc != 0:
-            raise GrpoflowError(f"verl exited with status {rc} (its error is above in this log); {_progress(after, planned)}: fix the cause and rerun to resume")
-        if after != planned:
-            ran = "0 steps" if after == before else f"up to step {after}"
-            raise GrpoflowError(f"verl exited 0 but ran {ran} of the planned {planned} (checkpoint dir {ckpt}): not complete; check `Total training steps` above (data smaller than expected? a resume at an epoch boundary?)")
-        log.info("verl reached step %d/%d in %.0f s", after, planned, time.monotonic() - started)
+    # One trainer per checkpoint dir: a rerun waits for a cancelled job that is still saving (grpoflow.io.exclusive_dir).
+    with exclusive_dir(ckpt):
+        before = ck.latest_step(ckpt)
+        if before is not None and before > planned:
+            raise GrpoflowError(f"{ckpt} already holds step {before}, beyond grpo.total_steps = {planned}: it belongs to a longer run; raise total_steps, or set checkpoint_dir to a fresh dir")
+        if before == planned and ck.is_complete(ckpt, planned):
+            log.info("%s already holds the final step %d: not relaunching verl", ckpt, planned)
+        else:
+            log.info("checkpoint dir %s: %s", ckpt, f"resuming from step {before}" if before else "no checkpoint yet, training from step 0")
+            stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+            logfile = Path(ckpt, vm.METRICS_SUBDIR, f"attempt-{stamp}-{os.environ.get('SLURM_JOB_ID', os.getpid())}.jsonl").absolute()
+            logfile.parent.mkdir(parents=True, exist_ok=True)
+            env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(logfile)}
+            started = time.monotonic()
+            try:
+                rc = run_trainer(trainer_argv, nodes, gpus_per_node, env)
+            except Interrupted as stop:
+                last = ck.latest_step(ckpt)
+                raise GrpoflowError(f"training stopped by {stop.signame} at {_progress(last, planned)}: rerun to resume from it (SLURM requeue does so automatically)")
+            after = ck.latest_step(ckpt)
+            if rc != 0:
+                raise GrpoflowError(f"verl exited with status {rc} (its error is above in this log); {_progress(after, planned)}: fix the cause and rerun to resume")
+            if after != planned:
+                ran = "0 steps" if after == before else f"up to step {after}"
+                raise GrpoflowError(f"verl exited 0 but ran {ran} of the planned {planned} (checkpoint dir {ckpt}): not complete; check `Total training steps` above (data smaller than expected? a resume at an epoch boundary?)")
+            log.info("verl reached step %d/%d in %.0f s", after, planned, time.monotonic() - started)
 
-    rows = vm.collect(vm.attempt_files(ckpt), planned)
-    if not rows:
-        log.warning("no per-step metrics found under %s/%s (was trainer.logger stripped of 'file'?)", ckpt, vm.METRICS_SUBDIR)
-    atomic_write_jsonl(metrics_out, rows)
-    prov = provenance(None)
-    prov["config_hash"] = config_hash
-    record = {
-        "experiment": experiment,
-        "backend": "verl",
-        "planned_steps": planned,
-        "final_step": planned,
-        "checkpoint_dir": _display(ckpt),
-        "final_checkpoint": _display(str(Path(ckpt) / f"global_step_{planned}")),
-        "nodes": nodes,
-        "gpus_per_node": gpus_per_node,
-        "metrics_summary": vm.summary(rows),
-        "trainer_command": trainer_argv,
-        "provenance": prov,
-    }
-    atomic_write_json(marker, record)
-    log.info("training complete: %s", marker)
-    return record
+        rows = vm.collect(vm.attempt_files(ckpt), planned)
+        if not rows:
+            log.warning("no per-step metrics found under %s/%s (was trainer.logger stripped of 'file'?)", ckpt, vm.METRICS_SUBDIR)
+        atomic_write_jsonl(metrics_out, rows)
+        prov = provenance(None)
+        prov["config_hash"] = config_hash
+        record = {
+            "experiment": experiment,
+            "backend": "verl",
+            "planned_steps": planned,
+            "final_step": planned,
+            "checkpoint_dir": _display(ckpt),
+            "final_checkpoint": _display(str(Path(ckpt) / f"global_step_{planned}")),
+            "nodes": nodes,
+            "gpus_per_node": gpus_per_node,
+            "metrics_summary": vm.summary(rows),
+            "trainer_command": trainer_argv,
+            "provenance": prov,
+        }
+        atomic_write_json(marker, record)
+        log.info("training complete: %s", marker)
+        return record
 
 
 def _progress(step: int | None, planned: int) -> str:
