@@ -1,4 +1,4 @@
-"""Atomic file and directory writes.
+"""Atomic file and directory writes, and the one-trainer-per-checkpoint-dir lock.
 
 Every output of the workflow is written to a temporary sibling and renamed into place, so a job killed
 half-way never leaves a file that a rerun would take as complete.
@@ -7,13 +7,21 @@ half-way never leaves a file that a rerun would take as complete.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
+import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator
+
+from grpoflow.errors import GrpoflowError
+
+log = logging.getLogger(__name__)
 
 
 def _umask() -> int:
@@ -108,14 +116,6 @@ def exclusive_dir(path: str | os.PathLike, *, wait_s: float = 300, poll_s: float
     ``wait_s``) for the previous one to let go. flock works across nodes on NFS (as POSIX locks); where the file
     system has no locks (some Lustre mounts) this warns and goes on without one.
     """
-    import fcntl
-    import logging
-    import socket
-    import time
-
-    from grpoflow.errors import GrpoflowError
-
-    log = logging.getLogger(__name__)
     Path(path).mkdir(parents=True, exist_ok=True)
     lock = Path(path) / LOCK_NAME
     with open(lock, "a+") as fh:

@@ -144,14 +144,17 @@ def test_time_limit_is_rerun_per_profile_and_resumes(faults):
     assert PROFILE_RETRIES >= 1
     assert t["proc"].returncode == 0, t["out"][-6000:]
     jobs = submitted_jobs(t["out"])
-    assert len(jobs) == 2 and jobs[0] == t["job"], jobs
-    first, second = slurm_job(jobs[0]), slurm_job(jobs[1])
-    assert first["JobState"] == "TIMEOUT" and first["TimeLimit"] == "00:01:00"
-    assert second["JobState"] == "COMPLETED" and second["TimeLimit"] == "00:01:00"
+    # Usually two attempts; on a busy machine the retry itself can reach its one-minute limit while it ends (it
+    # then times out too, and the next attempt finds the final checkpoint and only writes the outputs).
+    assert 2 <= len(jobs) <= 1 + PROFILE_RETRIES and jobs[0] == t["job"], jobs
+    states = [slurm_job(j) for j in jobs]
+    assert [s["JobState"] for s in states] == ["TIMEOUT"] * (len(jobs) - 1) + ["COMPLETED"]
+    assert all(s["TimeLimit"] == "00:01:00" for s in states)
     assert "SLURM status is: 'TIMEOUT'" in t["out"] and "Trying to restart job" in t["out"]
     # The second attempt resumed from the newest complete checkpoint the first one left (at least the one seen
     # before the pause; a save cut off by the kill is removed first).
-    log = _log(t["wd"] / TRAIN_LOG)
+    # (the rule's log holds the last attempt; a failed attempt's log is also in Snakemake's output, show-failed-logs)
+    log = _log(t["wd"] / TRAIN_LOG) if len(jobs) == 2 else t["out"]
     resumed = int(log.split(f"resuming from {CHECKPOINTS}/checkpoint-", 1)[1].split()[0])
     assert resumed >= t["paused_at"] >= 2
     # At the limit SLURM sends SIGCONT, then SIGTERM (twice), then SIGKILL after KillWait: the trainer finished its
