@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -74,6 +76,20 @@ def trainer_pids(jobid: str) -> list[int]:
         if b"grpoflow.train.trl_grpo" in cmdline and b"-m" in cmdline:
             pids.append(int(pid))
     return pids
+
+
+def process_state(pid: int) -> str:
+    """One letter from /proc/PID/stat: R, S, T (stopped), ...; "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
+def pause(pids: list[int]) -> None:
+    """SIGSTOP the trainer: it stays mid-run until SLURM ends the job (SLURM sends SIGCONT with its SIGTERM)."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -15,16 +15,14 @@ Ctrl-C      while training runs: a second `snakemake` on the same directory is r
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 import yaml
-from faultkit import CHECKPOINTS, MARKER, METRICS, TRAIN_LOG, fault_config, latest_checkpoint, read_jsonl, trainer_pids, wait_for
+from faultkit import CHECKPOINTS, MARKER, METRICS, TRAIN_LOG, fault_config, latest_checkpoint, pause, process_state, read_jsonl, trainer_pids, wait_for
 from grpoflow_testing import REPO, cancel_leftover_jobs, load_yaml, make_workdir, popen_snakemake_slurm, slurm_job, snakemake, snakemake_slurm, submitted_jobs
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -54,18 +52,8 @@ def _start_time_limit_run(tmp_path_factory, model) -> dict:
     proc = popen_snakemake_slurm([MARKER, "--configfile", "fault.yaml"], wd, log, timeout=900)
     job = _first_job(log)
     wait_for("the first checkpoint", lambda: latest_checkpoint(wd) >= 2, 300)
-    pids = wait_for("the trainer's process", lambda: trainer_pids(job), 30)
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)  # still "training" when the limit comes, however fast this machine is
+    pause(wait_for("the trainer's process", lambda: trainer_pids(job), 30))  # still "training" when the limit comes, however fast this machine is
     return {"wd": wd, "log": log, "proc": proc, "job": job, "paused_at": latest_checkpoint(wd)}
-
-
-def process_state(pid: int) -> str:
-    """One letter from /proc/PID/stat: R, S, T (stopped), ...; "" once it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return ""
 
 
 def _ctrl_c_run(tmp_path_factory, model) -> dict:
@@ -85,8 +73,7 @@ def _ctrl_c_run(tmp_path_factory, model) -> dict:
         # Pause the trainer again (once SLURM's SIGCONT has reached it), so that it is still mid-run when the
         # Ctrl-C's scancel comes, however fast this machine trains: SLURM's SIGCONT + SIGTERM then wake it to save.
         wait_for("the resumed trainer", lambda: all(process_state(pid) != "T" for pid in pids), 30)
-        for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
+        pause(pids)
         first.send_signal(signal.SIGINT)  # Ctrl-C
         sent = time.monotonic()
         first.wait(timeout=300)

@@ -3,8 +3,8 @@
 Pure arithmetic over the resolved config, no verl import (milliseconds). They catch before submission what
 verl would only report on the cluster: its own ``validate_config`` rules (batch × n divisible by the GPUs,
 mini-batch ≤ batch), the asserts its workers hit at the first update (mini-batch split over data-parallel
-ranks, micro-batches), vLLM's tensor-parallel layout, and extra overrides that fight grpoflow's own keys. The full check, against verl's real Hydra schema,
-is ``python -m grpoflow.verl.validate``.
+ranks, micro-batches), vLLM's tensor-parallel layout, and extra overrides that fight grpoflow's own keys.
+The full check, against verl's real Hydra schema, is ``python -m grpoflow.verl.validate``.
 """
 
 from __future__ import annotations
