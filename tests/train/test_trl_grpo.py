@@ -96,6 +96,9 @@ def test_config_maps_onto_grpo_config_and_bad_extra_args_are_config_errors(defau
     assert (args.beta, args.epsilon, args.epsilon_high, args.top_k, args.temperature) == (0.0, 0.2, 0.28, 0, 0.7)
     assert args.use_cpu and not args.bf16 and not args.gradient_checkpointing and args.loss_type == "dapo"
     assert (args.save_steps, args.save_total_limit, args.seed, args.output_dir) == (50, 2, 1, f"results/{EXP}/checkpoints")
+    assert args.report_to == [] and args.disable_tqdm  # the progress line replaces tqdm in the job log
+    tracked = resolved(default_config, {"defaults": {"grpo": {"report_to": ["tensorboard"]}}})
+    assert grpo_config(json.loads(shlex.split(command(tracked, EXP, ins, outs))[4]), {}).report_to == ["tensorboard"]
     spec["trl"]["extra_args"] = {"no_such_option": 1}
     with pytest.raises(ConfigError, match=f"experiments.{EXP}.trl.extra_args: .*no_such_option"):
         grpo_config(spec, {})
@@ -136,6 +139,15 @@ def test_run_writes_metrics_marker_and_self_contained_checkpoints(short_run):
         assert (final / name).is_file(), name
     assert AutoTokenizer.from_pretrained(final).chat_template
     AutoModelForCausalLM.from_pretrained(final)
+
+
+@pytest.mark.slow
+def test_job_log_has_one_progress_line_per_step(short_run):
+    _, paths = short_run
+    log = (Path(paths["marker"]).parent / "log").read_text()
+    lines = [ln.split(": ", 1)[1] for ln in log.splitlines() if "grpoflow.train.trl_runner: step " in ln]
+    assert [ln.split(" | ")[0] for ln in lines] == ["step 1/3 (33%)", "step 2/3 (66%)", "step 3/3 (100%)"], log[-2000:]
+    assert all(" | reward " in ln and " | accuracy " in ln and " s/step | ETA " in ln for ln in lines), lines
 
 
 @pytest.mark.slow

@@ -62,6 +62,11 @@ def test_32b_gsm8k_recipe_values():
     assert not any(k.startswith(("custom_reward_function", "reward_model")) for k in o), "only keys verl 0.9.1 reads"
 
 
+def test_report_to_adds_trackers_to_verl_logger():
+    cfg = resolved("config/qwen3-32b-gsm8k.yaml", {"experiments": {"qwen3-32b-gsm8k": {"grpo": {"report_to": ["wandb", "tensorboard"]}}}})
+    assert composed(cfg, "qwen3-32b-gsm8k")["trainer.logger"] == "[console,file,wandb,tensorboard]"
+
+
 def test_fastmath_rewards_reach_verl():
     cfg = resolved("config/qwen3-32b-fastmath-rewards.yaml")
     o = composed(cfg, "qwen3-32b-fastmath-rewards")

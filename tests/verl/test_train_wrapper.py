@@ -70,6 +70,19 @@ def test_verl_failure_is_reported_with_its_status(job):
     assert not job.out.exists() or not any(job.out.iterdir())
 
 
+def test_each_step_verl_logs_becomes_a_progress_line_in_the_job_log(job):
+    # A stand-in for verl that logs two training steps to its file logger, then fails.
+    writes = (
+        "import json, os; fh = open(os.environ['VERL_FILE_LOGGER_PATH'], 'w')\n"
+        "for s in (1, 2): fh.write(json.dumps({'step': s, 'data': {'critic/score/mean': s / 4, 'timing_s/step': 30.0}}) + '\\n')\n"
+        "fh.close(); raise SystemExit(3)"
+    )
+    proc = job([sys.executable, "-c", writes])
+    assert "verl exited with status 3" in error_line(proc)
+    assert "step 1/4 (25%) | reward 0.250 | 30.0 s/step | ETA 1m30s" in proc.stderr
+    assert "step 2/4 (50%) | reward 0.500 |" in proc.stderr
+
+
 def test_zero_steps_with_exit_0_is_an_error(job):
     proc = job(exits(0))
     assert proc.returncode == 1

@@ -13,6 +13,7 @@ import time
 from grpoflow.errors import GrpoflowError
 from grpoflow.evaluation.generation import Completion, ModelSource, first_line, completion_from_ids, pad_token_id
 from grpoflow.evaluation.settings import Generation
+from grpoflow.progress import duration
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,9 @@ def generate(source: ModelSource, tokenizer, prompt_ids: list[list[int]], gen: G
         for j, i in enumerate(batch):
             rows = new[j * gen.samples : (j + 1) * gen.samples]
             results[i] = [completion_from_ids(tokenizer, row, stop_ids) for row in rows]
-        log.info("generated batch %d (%d/%d prompts)", b + 1, min(start + gen.batch_size, len(order)), len(order))
+        done = min(start + gen.batch_size, len(order))
+        spent = time.perf_counter() - t0
+        log.info("generated batch %d: %d/%d prompts, %.1f prompts/s, ETA %s", b + 1, done, len(order), done / spent, duration(spent / done * (len(order) - done)))
     elapsed = time.perf_counter() - t0
     info = {"device": device, "dtype": dtype, "torch_threads": torch.get_num_threads(), "generate_s": elapsed}
     return results, info  # type: ignore[return-value]

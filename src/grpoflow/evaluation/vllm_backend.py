@@ -8,6 +8,7 @@ identical records. ``vllm`` is imported only here, only when this backend is cho
 from __future__ import annotations
 
 import logging
+import sys
 import time
 
 from grpoflow.errors import GrpoflowError
@@ -57,13 +58,21 @@ def sampling_kwargs(gen: Generation, stop_ids: list[int], index: int) -> dict:
     return {**kwargs, "temperature": gen.temperature, "top_p": gen.top_p, "top_k": gen.top_k, "seed": gen.seed + index}
 
 
+def progress_bar(*args, **kwargs):
+    """vLLM's progress bar (prompts done, tokens/s, ETA). In a job log (not a terminal) tqdm cannot redraw in
+    place, so it updates at most every 30 s rather than filling the log."""
+    from tqdm import tqdm
+
+    return tqdm(*args, **{"mininterval": 0.1 if sys.stderr.isatty() else 30.0, **kwargs})
+
+
 def generate(source: ModelSource, tokenizer, prompt_ids: list[list[int]], gen: Generation, stop_ids: list[int], *, vllm_cfg: dict | None = None, **_) -> tuple[list[list[Completion]], dict]:
     vllm = _import_vllm()
     vllm_cfg = vllm_cfg or {}
     llm = vllm.LLM(**engine_kwargs(source, gen, vllm_cfg))
     params = [vllm.SamplingParams(**sampling_kwargs(gen, stop_ids, i)) for i in range(len(prompt_ids))]
     t0 = time.perf_counter()
-    outputs = llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
+    outputs = llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=progress_bar)
     elapsed = time.perf_counter() - t0
     results = [
         [completion_from_ids(tokenizer, o.token_ids, stop_ids, finish_reason=o.finish_reason) for o in req.outputs]

@@ -30,6 +30,7 @@ from grpoflow.config import config_hash
 from grpoflow.discovery import model_path as sft_model_path
 from grpoflow.errors import ConfigError, DataError, GrpoflowError
 from grpoflow.io import atomic_write_json, atomic_write_jsonl, exclusive_dir, read_json
+from grpoflow.progress import StepProgress
 from grpoflow.provenance import provenance
 from grpoflow.rewards.trl import ZNORM_FUNC, build_reward_funcs
 from grpoflow.train.rl_data import read_rl_rows
@@ -62,7 +63,7 @@ METRIC_NAMES = {
 REPEATED_SIGNAL_S = 5.0
 
 # Settings that do not change what the steps already trained did: a rerun may change them and still resume.
-RESUMABLE_CHANGES = {("grpo", "total_steps"), ("grpo", "save_freq"), ("grpo", "max_checkpoints_to_keep"), ("trl", "logging_steps")}
+RESUMABLE_CHANGES = {("grpo", "total_steps"), ("grpo", "save_freq"), ("grpo", "max_checkpoints_to_keep"), ("grpo", "report_to"), ("trl", "logging_steps")}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -181,13 +182,22 @@ def _callbacks(live_metrics: Path):
     from transformers import TrainerCallback
 
     class MetricsLog(TrainerCallback):
-        """One row per logged step, appended and flushed, so a killed run keeps what it measured."""
+        """One row per logged step, appended and flushed, so a killed run keeps what it measured; and the step's
+        progress line in the job log."""
+
+        progress: StepProgress | None = None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.progress = StepProgress(args.max_steps)
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not logs or "train_runtime" in logs or state.global_step == 0:
                 return
+            row = metrics_row(state.global_step, logs)
             with open(live_metrics, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(metrics_row(state.global_step, logs)) + "\n")
+                fh.write(json.dumps(row) + "\n")
+            if self.progress is not None:
+                log.info("%s", self.progress.line(state.global_step, row))
 
     class StopOnSigterm(TrainerCallback):
         """SIGTERM ends the run at the next step boundary with a checkpoint; a second SIGTERM kills at once. SLURM
@@ -261,7 +271,8 @@ def grpo_config_kwargs(spec: dict) -> dict:
         gradient_checkpointing=not trl["use_cpu"],
         model_init_kwargs={"dtype": "float32" if trl["use_cpu"] else "auto", "trust_remote_code": spec["trust_remote_code"]},
         remove_unused_columns=False,
-        report_to=[],
+        report_to=list(grpo["report_to"]),
+        # The per-step progress line (grpoflow.progress) replaces tqdm's bar, which a log file shows as one endless line.
         disable_tqdm=True,
     )
     kwargs.update(trl["extra_args"])

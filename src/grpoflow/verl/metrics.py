@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from grpoflow.errors import DataError
 
@@ -97,3 +98,34 @@ def collect(files: Iterable[str | os.PathLike], last_step: int) -> list[dict[str
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return dict(rows[-1]) if rows else {}
+
+
+def follow(path: str | os.PathLike, on_row: Callable[[dict[str, Any]], None], stop: threading.Event, poll_s: float = 5.0) -> None:
+    """Call ``on_row`` with the project row of each training step verl appends to ``path``, until ``stop`` is set
+    (then once more, for the steps logged last). Runs in a thread beside verl; verl creates (truncates) the file
+    when it starts, so a missing file or one that shrank is read again from the start."""
+    offset, partial = 0, ""
+    while True:
+        stopping = stop.wait(poll_s)
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            size = None
+        if size is not None:
+            if size < offset:
+                offset, partial = 0, ""
+            with open(path, encoding="utf-8") as fh:
+                fh.seek(offset)
+                chunk = fh.read()
+                offset = fh.tell()
+            lines = (partial + chunk).split("\n")
+            partial = lines.pop()  # the line verl is still writing
+            for line in lines:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and "step" in rec and isinstance(rec.get("data"), dict) and any(k in rec["data"] for k in TRAIN_KEYS):
+                    on_row(to_project(int(rec["step"]), rec["data"]))
+        if stopping:
+            return

@@ -156,9 +156,8 @@ def build(exp: dict, experiment: str, inputs: dict, checkpoint_dir: str) -> list
     rollout = verl["rollout"]
     val = inputs.get("val")
     kl = grpo["kl_coef"] > 0
-    logger = list(verl["logger"])
-    if "file" not in logger:  # train_metrics.jsonl is read from verl's file logger
-        logger.append("file")
+    # train_metrics.jsonl is read from verl's file logger; grpo.report_to adds the trackers every backend shares.
+    logger = list(dict.fromkeys([*verl["logger"], "file", *grpo["report_to"]]))
 
     items: list[tuple[str, Any, str | None]] = [
         ("algorithm.adv_estimator", "grpo", None),

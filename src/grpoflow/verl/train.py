@@ -19,6 +19,7 @@ model), so the wrapper and verl can never disagree.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -26,12 +27,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from importlib import resources
 from pathlib import Path
 
 from grpoflow.errors import DataError, GrpoflowError
 from grpoflow.io import atomic_write_json, atomic_write_jsonl, exclusive_dir
+from grpoflow.progress import StepProgress
 from grpoflow.provenance import provenance
 from grpoflow.verl import checkpoints as ck
 from grpoflow.verl import metrics as vm
@@ -163,6 +166,20 @@ def run_trainer(argv: list[str], nodes: int, gpus_per_node: int, env: dict[str, 
     return rc
 
 
+@contextlib.contextmanager
+def step_progress(logfile: Path, planned: int):
+    """A progress line per step (grpoflow.progress) in the job log while verl runs, read from verl's file logger."""
+    progress = StepProgress(planned)
+    stop = threading.Event()
+    follower = threading.Thread(target=vm.follow, args=(logfile, lambda row: log.info("%s", progress.line(row["step"], row)), stop), name="verl-progress", daemon=True)
+    follower.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        follower.join(timeout=10)
+
+
 # ---- the whole job ----------------------------------------------------------------------------------------------
 
 
@@ -201,7 +218,8 @@ def train(trainer_argv: list[str], marker: str, metrics_out: str, config_hash: s
             env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(logfile)}
             started = time.monotonic()
             try:
-                rc = run_trainer(trainer_argv, nodes, gpus_per_node, env)
+                with step_progress(logfile, planned):
+                    rc = run_trainer(trainer_argv, nodes, gpus_per_node, env)
             except Interrupted as stop:
                 last = ck.latest_step(ckpt)
                 raise GrpoflowError(f"training stopped by {stop.signame} at {_progress(last, planned)}: rerun to resume from it (SLURM requeue does so automatically)")
