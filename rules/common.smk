@@ -5,9 +5,7 @@ import os
 import re
 import sys
 
-from snakemake.utils import validate
-
-from grpoflow.config import DEMO_MODEL_DIR, DEMO_SFT_RUN_DIR, RESULTS, resolve_config, schema_path
+from grpoflow.config import DEMO_MODEL_DIR, DEMO_SFT_RUN_DIR, RESULTS, resolve_config
 from grpoflow.errors import ConfigError
 
 try:
@@ -15,8 +13,6 @@ try:
 except ConfigError as err:
     # One line naming the key, the bad value and what is allowed; no traceback.
     sys.exit(f"grpoflow: {err}")
-# Second line of defence, and the check rna-seq-style workflows run: the same schema through Snakemake.
-validate(config, schema_path(), set_default=False)
 
 
 def _one_of(names):

@@ -64,10 +64,6 @@ def _add_object_defaults(schema: dict) -> None:
                         inner["default"] = {}
 
 
-def schema_path() -> str:
-    return str(resources.files("grpoflow").joinpath("schema/config.schema.yaml"))
-
-
 # --------------------------------------------------------------------------------------------------------------
 # Schema validation with one-line messages
 

@@ -20,12 +20,12 @@ import copy
 import hashlib
 import logging
 import os
-import re
 import tempfile
 from pathlib import Path
 
 import yaml
 
+from grpoflow.config import is_credential_name
 from grpoflow.errors import GrpoflowError
 from grpoflow.discovery import HUB_ID
 from grpoflow.evaluation.generation import first_line
@@ -34,8 +34,6 @@ from grpoflow.io import atomic_write_json, read_json, sha256_file
 log = logging.getLogger(__name__)
 
 CARD_NAME = "README.md"
-# Config values a public card must not show.
-_SECRET_KEY = re.compile(r"token|secret|password|passwd|api_?key|credential", re.IGNORECASE)
 
 
 # ---- what would be uploaded -------------------------------------------------------------------------------------
@@ -64,7 +62,8 @@ def _public_config(experiment_cfg: dict) -> dict:
             return {k: redact(v, k, under_env or (key == "env")) for k, v in value.items()}
         if isinstance(value, list):
             return [redact(v) for v in value]
-        return "<redacted>" if under_env or _SECRET_KEY.search(key) else value
+        # The same rule that keeps credentials out of the config (grpoflow.config.is_credential_name).
+        return "<redacted>" if under_env or is_credential_name(key) else value
 
     cfg = redact(copy.deepcopy(experiment_cfg))
     cfg.pop("upload", None)
