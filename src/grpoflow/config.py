@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -80,13 +81,16 @@ def _short(value: Any, limit: int = 60) -> str:
 
 def _allowed(error: jsonschema.ValidationError) -> str:
     v, s = error.validator, error.schema
+    if isinstance(s, dict) and "x-allowed" in s:  # a schema's own words for what it accepts (e.g. a tag name)
+        return s["x-allowed"]
     if v == "enum":
         return "one of " + ", ".join(map(str, error.validator_value))
     if v == "const":
         return repr(error.validator_value)
     if v == "type":
         t = error.validator_value
-        return "a value of type " + (" or ".join(t) if isinstance(t, list) else t)
+        t = [{"number": "finite number", "integer": "integer"}.get(x, x) for x in (t if isinstance(t, list) else [t])]
+        return "a value of type " + " or ".join(t)
     if v in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
         op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[v]
         return f"a number {op} {error.validator_value}"
@@ -151,7 +155,10 @@ def _with_defaults(validator_class):
 
 def _check(instance: Any, schema: dict, *, fill_defaults: bool, where: str = "") -> None:
     root = load_schema()
-    cls = jsonschema.validators.validator_for(root)
+    base = jsonschema.validators.validator_for(root)
+    # NaN and infinities (YAML's .nan, .inf) are no setting anyone means: not numbers here.
+    types = base.TYPE_CHECKER.redefine("number", lambda _, x: base.TYPE_CHECKER.is_type(x, "number") and math.isfinite(x))
+    cls = jsonschema.validators.extend(base, type_checker=types)
     if fill_defaults:
         cls = _with_defaults(cls)
     resolver_schema = dict(schema)
@@ -163,6 +170,12 @@ def _check(instance: Any, schema: dict, *, fill_defaults: bool, where: str = "")
         if where and not msg.startswith(where):
             msg = f"{where}.{msg}" if not msg.startswith("unknown key") else f"{msg} in {where}"
         raise ConfigError(f"config error: {msg}")
+
+
+def check_schema(instance: Any, schema: dict, where: str = "") -> None:
+    """Validate ``instance`` against ``schema`` (which may use the config schema's ``#/$defs``) with the config's
+    one-line errors, ``where`` naming its place in the config (e.g. ``experiments.E.rewards``)."""
+    _check(instance, schema, fill_defaults=False, where=where)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from functools import lru_cache
 
 from grpoflow.rewards import extract as _extract
 from grpoflow.rewards.numbers import parse_number
-from grpoflow.rewards.registry import Param, at_least_one, cross_check, non_positive, positive, register
+from grpoflow.rewards.registry import BOOLEAN, TAG, Param, cross_check, integer, nullable, number, register
 from grpoflow.rewards.verifier import Verdict, _count, verify
 
 __all__ = ["Sample", "tag_format_match", "tag_format_text", "kimi_length"]
@@ -86,9 +86,9 @@ def accuracy(s: Sample) -> float:
 
 
 @register("binary", uses_verdict=True, params={
-    "correct": Param(1.0, "number", "reward for a correct answer"),
-    "wrong": Param(-1.0, "number", "reward for a wrong answer"),
-    "no_answer": Param(-0.5, "number", "reward when no final answer is found"),
+    "correct": Param(1.0, number(), "reward for a correct answer"),
+    "wrong": Param(-1.0, number(), "reward for a wrong answer"),
+    "no_answer": Param(-0.5, number(), "reward when no final answer is found"),
 })
 def binary(s: Sample, correct: float, wrong: float, no_answer: float) -> float:
     """The binary verifier of the Qwen2.5-Math recipe: +1 correct, -1 wrong, -0.5 when no answer is found."""
@@ -108,8 +108,8 @@ def _strict_format_re(think: str, answer: str) -> re.Pattern:
 
 
 @register("format", params={
-    "reasoning_tag": Param("think", "tag", "tag around the reasoning"),
-    "answer_tag": Param("answer", "tag", "tag around the answer"),
+    "reasoning_tag": Param("think", TAG, "tag around the reasoning"),
+    "answer_tag": Param("answer", TAG, "tag around the answer"),
 })
 def format_(s: Sample, reasoning_tag: str, answer_tag: str) -> float:
     """1.0 if the completion is exactly ``<think>…</think><answer>…</answer>`` (whitespace between and around
@@ -118,8 +118,8 @@ def format_(s: Sample, reasoning_tag: str, answer_tag: str) -> float:
 
 
 @register("tag_count", params={
-    "reasoning_tag": Param("think", "tag", "tag around the reasoning"),
-    "answer_tag": Param("answer", "tag", "tag around the answer"),
+    "reasoning_tag": Param("think", TAG, "tag around the reasoning"),
+    "answer_tag": Param("answer", TAG, "tag around the answer"),
 })
 def tag_count(s: Sample, reasoning_tag: str, answer_tag: str) -> float:
     """0.25 for each of ``<think>``, ``</think>``, ``<answer>``, ``</answer>`` that appears exactly once."""
@@ -154,12 +154,12 @@ cross_check("cosine")(_cosine_check)
 
 
 @register("cosine", uses_verdict=True, uses_length=True, params={
-    "min_value_wrong": Param(-1.0, "number", "reward of a wrong answer of length 0"),
-    "max_value_wrong": Param(-0.1, "number", "reward of a wrong answer of length >= max_len"),
-    "min_value_correct": Param(0.1, "number", "reward of a correct answer of length >= max_len"),
-    "max_value_correct": Param(1.0, "number", "reward of a correct answer of length 0"),
-    "max_len": Param(30000, "int", "length (tokens) at which the schedule ends", positive),
-    "clip_len": Param(True, "bool", "cap progress L/max_len at 1 (false: the cosine keeps oscillating)"),
+    "min_value_wrong": Param(-1.0, number(), "reward of a wrong answer of length 0"),
+    "max_value_wrong": Param(-0.1, number(), "reward of a wrong answer of length >= max_len"),
+    "min_value_correct": Param(0.1, number(), "reward of a correct answer of length >= max_len"),
+    "max_value_correct": Param(1.0, number(), "reward of a correct answer of length 0"),
+    "max_len": Param(30000, integer(exclusiveMinimum=0), "length (tokens) at which the schedule ends"),
+    "clip_len": Param(True, BOOLEAN, "cap progress L/max_len at 1 (false: the cosine keeps oscillating)"),
 })
 def cosine(s: Sample, min_value_wrong: float, max_value_wrong: float, min_value_correct: float,
            max_value_correct: float, max_len: int, clip_len: bool) -> float:
@@ -198,8 +198,8 @@ def length(samples: list[Sample]) -> list[float]:
 
 
 @register("repetition_penalty", params={
-    "ngram_size": Param(40, "int", "n-gram size in words", at_least_one),
-    "max_penalty": Param(-0.05, "number", "penalty when every n-gram repeats (<= 0)", non_positive),
+    "ngram_size": Param(40, integer(minimum=1), "n-gram size in words"),
+    "max_penalty": Param(-0.05, number(maximum=0), "penalty when every n-gram repeats (<= 0)"),
 })
 def repetition_penalty(s: Sample, ngram_size: int, max_penalty: float) -> float:
     """open-r1 repetition penalty: ``max_penalty × (1 − distinct n-grams / n-grams)`` over lower-cased words;
@@ -222,9 +222,8 @@ cross_check("soft_overlong")(_overlong_check)
 
 
 @register("soft_overlong", uses_length=True, params={
-    "max_len": Param(None, "int", "maximum completion length in tokens (default: the run's grpo.max_response_length)",
-                     positive, nullable=True),
-    "cache": Param(4096, "int", "soft-punishment interval before max_len, in tokens", positive),
+    "max_len": Param(None, nullable(integer(exclusiveMinimum=0)), "maximum completion length in tokens (default: the run's grpo.max_response_length)"),
+    "cache": Param(4096, integer(exclusiveMinimum=0), "soft-punishment interval before max_len, in tokens"),
 })
 def soft_overlong(s: Sample, max_len: int, cache: int) -> float:
     """DAPO soft overlong punishment: 0 up to ``max_len − cache`` tokens, then falling linearly to −1 at
@@ -241,8 +240,8 @@ def soft_overlong(s: Sample, max_len: int, cache: int) -> float:
 # The Tunix TPU recipe (GSM8K with <reasoning>/<answer>)
 
 _TPU_TAGS = {
-    "reasoning_tag": Param("reasoning", "tag", "tag around the reasoning"),
-    "answer_tag": Param("answer", "tag", "tag around the answer"),
+    "reasoning_tag": Param("reasoning", TAG, "tag around the reasoning"),
+    "answer_tag": Param("answer", TAG, "tag around the answer"),
 }
 
 

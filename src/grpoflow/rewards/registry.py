@@ -7,25 +7,40 @@ between backends.
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from grpoflow.errors import ConfigError
 
-__all__ = ["Param", "RewardSpec", "REGISTRY", "register", "registry", "check_reward_config", "resolve_params"]
+__all__ = ["Param", "RewardSpec", "REGISTRY", "register", "registry", "check_reward_config", "resolve_params", "number", "integer", "nullable", "BOOLEAN", "TAG"]
 
 
 @dataclass(frozen=True)
 class Param:
-    """One reward parameter: its default, the type it must have and a value check (message or None)."""
+    """One reward parameter: its default and the JSON Schema its value must satisfy (checked by the same
+    validator, with the same one-line messages, as the rest of the config: ``grpoflow.config``)."""
 
     default: Any
-    kind: str  # number | int | bool | tag | str
+    schema: dict
     doc: str = ""
-    check: Callable[[Any], str | None] | None = None
-    nullable: bool = False  # None allowed (e.g. filled from the run's max_response_length)
+
+
+def number(**bounds) -> dict:
+    return {"type": "number", **bounds}
+
+
+def integer(**bounds) -> dict:
+    return {"type": "integer", **bounds}
+
+
+BOOLEAN = {"type": "boolean"}
+# A bare tag name: the rewards add the angle brackets themselves.
+TAG = {"type": "string", "pattern": r"^[A-Za-z][\w.-]*$", "x-allowed": "a tag name such as think or answer (no angle brackets)"}
+
+
+def nullable(schema: dict) -> dict:
+    """None allowed too (e.g. a length filled from the run's max_response_length)."""
+    return {**schema, "type": [schema["type"], "null"]}
 
 
 @dataclass(frozen=True)
@@ -65,54 +80,15 @@ def registry() -> dict[str, RewardSpec]:
     return REGISTRY
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Value checks shared by the declarations
-
-def positive(v) -> str | None:
-    return None if v > 0 else "must be > 0"
-
-
-def non_positive(v) -> str | None:
-    return None if v <= 0 else "must be <= 0 (it is a penalty)"
-
-
-def at_least_one(v) -> str | None:
-    return None if v >= 1 else "must be >= 1"
-
-
-_TAG_RE = re.compile(r"^[A-Za-z][\w.-]*$")
-
-
-def _type_error(kind: str, value: Any, nullable: bool) -> str | None:
-    if value is None:
-        return None if nullable else "must be set"
-    if kind == "bool":
-        return None if isinstance(value, bool) else "must be true or false"
-    if kind == "int":
-        return None if isinstance(value, int) and not isinstance(value, bool) else "must be an integer"
-    if kind == "number":
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        return None if ok else "must be a finite number"
-    if kind == "tag":
-        return None if isinstance(value, str) and _TAG_RE.match(value) else "must be a tag name such as think or answer (no angle brackets)"
-    if kind == "str":
-        return None if isinstance(value, str) else "must be a string"
-    raise AssertionError(kind)
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def check_reward_config(rewards_cfg: dict, where: str = "rewards") -> None:
-    """Validate a ``rewards`` section (names, weights, parameters); raise a one-line ``ConfigError``."""
+    """Validate a ``rewards`` section (names, weights, parameters); raise a one-line ``ConfigError``. The section's
+    shape and every parameter value are checked against the config schema (``$defs/rewards`` and each
+    parameter's ``Param.schema``); what depends on the registry's names is checked here."""
+    from grpoflow.config import check_schema
+
     reg = registry()
-    if not isinstance(rewards_cfg, dict):
-        raise ConfigError(f"config error: {where} must be a mapping with funcs, weights, normalize, eps, params")
-    funcs = rewards_cfg.get("funcs")
-    if not isinstance(funcs, list) or not funcs:
-        raise ConfigError(f"config error: {where}.funcs must be a non-empty list of reward names (known: {', '.join(sorted(reg))})")
+    check_schema(rewards_cfg, {"$ref": "#/$defs/rewards"}, where=where)
+    funcs = rewards_cfg["funcs"]
     for name in funcs:
         if name not in reg:
             raise ConfigError(f"config error: {where}.funcs: unknown reward {name!r} (known: {', '.join(sorted(reg))})")
@@ -120,37 +96,19 @@ def check_reward_config(rewards_cfg: dict, where: str = "rewards") -> None:
     if dup:
         raise ConfigError(f"config error: {where}.funcs lists {dup[0]!r} more than once: give each reward once and set its weight in {where}.weights")
     weights = rewards_cfg.get("weights")
-    if weights is not None:
-        if not isinstance(weights, list) or len(weights) != len(funcs):
-            raise ConfigError(f"config error: {where}.weights must be a list of {len(funcs)} numbers, one per func {funcs}")
-        for i, w in enumerate(weights):
-            if _type_error("number", w, False):
-                raise ConfigError(f"config error: {where}.weights[{i}] = {_short(w)}: must be a finite number")
-    normalize = rewards_cfg.get("normalize", "none")
-    if normalize not in ("none", "per_prompt"):
-        raise ConfigError(f"config error: {where}.normalize = {_short(normalize)}: must be one of none, per_prompt")
-    eps = rewards_cfg.get("eps", 1e-6)
-    if _type_error("number", eps, False) or eps <= 0:
-        raise ConfigError(f"config error: {where}.eps = {_short(eps)}: must be a number > 0")
-    params = rewards_cfg.get("params") or {}
-    if not isinstance(params, dict):
-        raise ConfigError(f"config error: {where}.params must be a mapping reward name → {{parameter: value}}")
-    for rname, values in params.items():
+    if weights is not None and len(weights) != len(funcs):
+        raise ConfigError(f"config error: {where}.weights must be a list of {len(funcs)} numbers, one per func {funcs}")
+    for rname, values in (rewards_cfg.get("params") or {}).items():
         if rname not in reg:
             raise ConfigError(f"config error: {where}.params: unknown reward {rname!r} (known: {', '.join(sorted(reg))})")
         if rname not in funcs:
             raise ConfigError(f"config error: {where}.params.{rname}: parameters given for {rname!r}, which is not in {where}.funcs {funcs}: add it to funcs or remove its params")
-        if not isinstance(values, dict):
-            raise ConfigError(f"config error: {where}.params.{rname} must be a mapping of parameter names to values")
         spec = reg[rname]
-        for pname, value in values.items():
-            if pname not in spec.params:
-                known = ", ".join(sorted(spec.params)) or "none"
-                raise ConfigError(f"config error: {where}.params.{rname}: unknown parameter {pname!r} (known: {known})")
-            p = spec.params[pname]
-            msg = _type_error(p.kind, value, p.nullable) or (p.check(value) if p.check and value is not None else None)
-            if msg:
-                raise ConfigError(f"config error: {where}.params.{rname}.{pname} = {_short(value)}: {msg}")
+        unknown = sorted(set(values) - set(spec.params))
+        if unknown:
+            known = ", ".join(sorted(spec.params)) or "none"
+            raise ConfigError(f"config error: {where}.params.{rname}: unknown parameter {unknown[0]!r} (known: {known})")
+        check_schema(values, {"type": "object", "properties": {k: p.schema for k, p in spec.params.items()}}, where=f"{where}.params.{rname}")
         merged = {**spec.defaults(), **values}
         cross = _CROSS_CHECKS.get(rname)
         msg = cross(merged) if cross else None
@@ -179,7 +137,7 @@ def resolve_params(rewards_cfg: dict, *, max_response_length: int | None = None,
     for name in rewards_cfg["funcs"]:
         values = {**reg[name].defaults(), **((rewards_cfg.get("params") or {}).get(name) or {})}
         for pname, p in reg[name].params.items():
-            if values[pname] is None and p.nullable:
+            if values[pname] is None and "null" in p.schema["type"]:
                 if max_response_length is None:
                     raise ConfigError(
                         f"config error: {where}.params.{name}.{pname} is not set and no max_response_length was "
