@@ -171,7 +171,7 @@ class _TrainingSummary:
     def __format__(self, experiment):
         # The message replaces the job's usual listing in `snakemake -n`, so it names the sbatch shape too.
         e = CFG.experiment(experiment)
-        shape = " ".join(f"{k}={v}" for k, v in _slurm_resources(e["resources"]).items() if v not in (None, "", False))
+        shape = ", ".join(f"{k}={v}" for k, v in _slurm_resources(e["resources"]).items() if v not in (None, "", False))
         return f"{_training_summary(experiment, e)}. Resources: {shape}"
 
 
