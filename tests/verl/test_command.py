@@ -168,7 +168,7 @@ def test_dry_run_prints_the_verl_command_and_sbatch_resources(tmp_path):
                      "--configfile", "config/qwen3-32b-gsm8k.yaml"], wd).stdout
     # train_grpo's message (the GPU-memory estimate, then the sbatch shape) replaces Snakemake's listing.
     block = out[out.index("train qwen3-32b-gsm8k with verl. GPU memory per GPU"):]
-    assert "margin +11.8 GiB, fits" in block and "loses up to 25 steps" in block
+    assert "margin +13.9 GiB, fits" in block and "loses up to 25 steps" in block
     assert "nodes=1, gpu=8" in block and "cpus_per_task=160" in block and "mem_mb=900000" in block and "runtime=2880" in block
     assert "python -m verl.trainer.main_ppo" in block and "actor_rollout_ref.rollout.tensor_model_parallel_size=4" in block
     two = tmp_path / "two-nodes.yaml"

@@ -279,8 +279,16 @@ def estimate(name: str, exp: dict) -> Breakdown | None:
     r_adam = 0.0 if verl["optimizer_offload"] else adam
     rollout_phase = with_frag(Phase("rollout (vLLM awake, from step 2)", {
         "vLLM (util × memory)": vllm_awake, "actor params": r_params, "AdamW state": r_adam,
-        "weight-sync bucket": bucket, "CUDA/NCCL": fixed_trainer + CUDA_CONTEXT_GIB,
-    }), ["actor params", "AdamW state", "weight-sync bucket"])
+        "CUDA/NCCL": fixed_trainer + CUDA_CONTEXT_GIB,
+    }), ["actor params", "AdamW state"])
+    # Weight sync (engine_workers.py update_weights): vLLM's weights are resumed first, then verl gathers each full
+    # tensor in bf16 and copies it through a bucket on the trainer's GPU (bucketed_weight_transfer.py, shared with
+    # vLLM by CUDA IPC); the bucket is released and the cache emptied before the KV cache is resumed.
+    largest_tensor = max(arch.vocab_size * arch.hidden_size, arch.hidden_size * arch.intermediate_size) * 2 / GIB
+    sync_phase = with_frag(Phase("weight sync (vLLM weights back, KV cache not yet)", {
+        "vLLM weights": P * 2 / rollout["tensor_model_parallel_size"] / GIB, "actor params": r_params, "AdamW state": r_adam,
+        "weight-sync bucket": bucket, "gathered tensor": largest_tensor, "CUDA/NCCL": fixed_trainer + CUDA_CONTEXT_GIB,
+    }), ["actor params", "AdamW state", "weight-sync bucket", "gathered tensor"])
     # Log-probs (old, then reference): eval mode loads offloaded params back, not the optimizer state.
     logprob_phase = with_frag(Phase("log-prob (vLLM asleep)", {
         "actor params": params, "AdamW state": r_adam,
@@ -309,7 +317,7 @@ def estimate(name: str, exp: dict) -> Breakdown | None:
         ref_dtype = _override(verl, "actor_rollout_ref.ref.fsdp_config.model_dtype", "bf16")
         host += per_node * P * DTYPE_BYTES.get(ref_dtype, 4) / shards / GIB
     return Breakdown(name, f"{arch.name}, {P / 1e9:.2f} B params, {source}", capacity,
-                     [rollout_phase, logprob_phase, update_phase, step_phase], host, res["mem_mb"] * 1e6 / GIB)
+                     [rollout_phase, sync_phase, logprob_phase, update_phase, step_phase], host, res["mem_mb"] * 1e6 / GIB)
 
 
 # ---- numerics ---------------------------------------------------------------------------------------------------
