@@ -50,9 +50,7 @@ rule train_grpo:
         # SLURM signals every process of the job (scancel, time limit, --signal): the trainer then saves a checkpoint
         # and exits 1. The shell must wait for that rather than die at once, or the job step ends with it and takes
         # the trainer down mid-save (on clusters that track jobs by cgroup).
-        # The log starts with the GPU-memory estimate (the message above). Only the rule's template counts for
-        # Snakemake's code trigger, so a changed estimate does not retrain.
-        "trap : TERM INT USR1 USR2; echo {TRAINING_SUMMARY:{wildcards.experiment}q} > {log}; {params.command} >> {log} 2>&1"
+        "trap : TERM INT USR1 USR2; {params.command} > {log} 2>&1"
 
 
 rule merge_checkpoint:

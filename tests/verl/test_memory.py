@@ -137,3 +137,27 @@ def test_unknown_architecture_is_said_not_checked():
     _, exp = experiment({"sft": {"model": "/models/my-model", "name": "mine"}, "architecture": None})
     assert memory.estimate("x", exp) is None
     assert "GPU memory not checked: set architecture" in memory.summary("x", exp)
+
+
+@pytest.mark.parametrize("path", VERL_CONFIGS)
+def test_the_training_log_repeats_the_estimate_from_verls_command_line(path, tmp_path):
+    """The wrapper logs from_overrides(verl's argv, the model's config.json): the same numbers as at config load."""
+    import json
+
+    from grpoflow.verl import command as vc
+    from grpoflow.verl.train import parse_overrides
+    from grpoflow.verl.validate import training_inputs
+
+    cfg = resolve_config(load(path))
+    for name, exp in cfg.experiments.items():
+        a = memory.PRESETS[exp["architecture"]]
+        (tmp_path / "config.json").write_text(json.dumps({
+            "hidden_size": a.hidden_size, "num_hidden_layers": a.num_layers, "num_attention_heads": a.num_attention_heads,
+            "num_key_value_heads": a.num_kv_heads, "head_dim": a.head_dim, "intermediate_size": a.intermediate_size,
+            "vocab_size": a.vocab_size, "tie_word_embeddings": a.tie_word_embeddings}))
+        ov = parse_overrides(vc.trainer_argv(cfg, name, training_inputs(cfg, name), str(tmp_path), "/wd"))
+        at_load = memory.estimate(name, exp)
+        line = memory.from_overrides(ov, gpu_mem_gb=80, mem_mb=exp["resources"]["mem_mb"])
+        assert f"= {at_load.peak.total:.1f} GiB of 79.6, margin {at_load.margin:+.1f} GiB, fits" in line, line
+        assert str(tmp_path / "config.json") in line
+    assert "not estimated" in memory.from_overrides({"actor_rollout_ref.model.path": str(tmp_path / "missing")})

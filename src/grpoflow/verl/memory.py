@@ -354,3 +354,83 @@ def summary(name: str, exp: dict) -> str:
     b = estimate(name, exp)
     fit = b.line() if b else "GPU memory not checked: set architecture (a Qwen3 preset or the model's sizes) to check it"
     return f"train {name} with verl. {fit}. {time_limit_note(exp)}"
+
+
+# ---- the same estimate at job start, from verl's own command line ------------------------------------------------
+
+
+def from_overrides(ov: dict[str, str], gpu_mem_gb: float | None = None, mem_mb: int | None = None) -> str:
+    """The estimate for the verl command the wrapper is about to run (``key=value`` overrides), with the SFT
+    model's real config.json and, when given, the GPU and node memory the job sees. For the training log: the
+    wrapper has verl's command line, not grpoflow's config."""
+    import json
+    from pathlib import Path
+
+    cfg_file = Path(ov.get("actor_rollout_ref.model.path", "")) / "config.json"
+    try:
+        hf = json.loads(cfg_file.read_text(encoding="utf-8"))
+        hf = hf.get("text_config", hf)
+        heads = hf["num_attention_heads"]
+        arch = {"hidden_size": hf["hidden_size"], "num_layers": hf["num_hidden_layers"], "num_attention_heads": heads,
+                "num_kv_heads": hf.get("num_key_value_heads", heads), "head_dim": hf.get("head_dim") or hf["hidden_size"] // heads,
+                "intermediate_size": hf["intermediate_size"], "vocab_size": hf["vocab_size"],
+                "tie_word_embeddings": bool(hf.get("tie_word_embeddings", False))}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return f"GPU memory not estimated at job start ({cfg_file}: {err.__class__.__name__})"
+
+    def get(key, default):
+        v = ov.get(key)
+        if v is None:
+            return default
+        if isinstance(default, bool):
+            return v.lower() == "true"
+        return type(default)(float(v)) if isinstance(default, (int, float)) else v
+
+    dtype = get("actor_rollout_ref.actor.fsdp_config.model_dtype", "fp32")
+    exp = {
+        "backend": "verl",
+        "architecture": arch,
+        "grpo": {"max_prompt_length": get("data.max_prompt_length", 512), "max_response_length": get("data.max_response_length", 512),
+                 "temperature": get("actor_rollout_ref.rollout.temperature", 1.0), "lora": {"rank": get("actor_rollout_ref.model.lora_rank", 0)},
+                 "kl_coef": 1.0 if get("actor_rollout_ref.actor.use_kl_loss", False) else 0.0, "save_freq": get("trainer.save_freq", -1)},
+        "verl": {"model_dtype": {"float32": "fp32", "bfloat16": "bf16"}.get(dtype, dtype),
+                 "param_offload": get("actor_rollout_ref.actor.fsdp_config.param_offload", False),
+                 "optimizer_offload": get("actor_rollout_ref.actor.fsdp_config.optimizer_offload", False),
+                 "offload_policy": get("actor_rollout_ref.actor.fsdp_config.offload_policy", False),
+                 "use_dynamic_bsz": get("actor_rollout_ref.actor.use_dynamic_bsz", False),
+                 "ppo_micro_batch_size_per_gpu": get("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 1),
+                 "log_prob_micro_batch_size_per_gpu": get("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", 1),
+                 "entropy_coeff": get("actor_rollout_ref.actor.entropy_coeff", 0.0),
+                 "gradient_checkpointing": get("actor_rollout_ref.model.enable_gradient_checkpointing", True),
+                 "rollout": {"gpu_memory_utilization": get("actor_rollout_ref.rollout.gpu_memory_utilization", 0.5),
+                             "tensor_model_parallel_size": get("actor_rollout_ref.rollout.tensor_model_parallel_size", 2)},
+                 "extra_overrides": [f"{k}={v}" for k, v in ov.items()]},
+        "resources": {"nodes": get("trainer.nnodes", 1), "gpus_per_node": get("trainer.n_gpus_per_node", 8),
+                      "gpu_mem_gb": gpu_mem_gb or 80, "mem_mb": mem_mb or 0},
+    }
+    b = estimate(ov.get("trainer.experiment_name", "?"), exp)
+    line = b.line().replace(", architecture (given)", f", {cfg_file}")
+    if not mem_mb:
+        line = line.rsplit("; host RAM", 1)[0] + f"; host RAM per node {b.host_needed:.0f} GiB"
+    return line
+
+
+def at_job_start(ov: dict[str, str]) -> str:
+    """from_overrides with what this node has: the first GPU's memory (nvidia-smi, in MiB → GB as sold) and the
+    job's memory (SLURM_MEM_PER_NODE, MB). Never fails: it only informs the log."""
+    import os
+    import subprocess
+
+    gpu_gb = None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20).stdout.split()
+        gpu_gb = float(out[0]) / 1024 / CARD_GIB_PER_GB if out else None
+    except (OSError, ValueError, subprocess.SubprocessError):
+        pass
+    mem = os.environ.get("SLURM_MEM_PER_NODE")
+    try:
+        text = from_overrides(ov, gpu_gb, int(mem) if mem and mem.isdigit() else None)
+    except Exception as err:  # noqa: BLE001 - an estimate must never stop training
+        text = f"GPU memory not estimated at job start ({err.__class__.__name__}: {err})"
+    return text + ("" if gpu_gb else " (GPU memory taken as 80 GB: nvidia-smi not available)")
