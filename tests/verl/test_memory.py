@@ -161,3 +161,19 @@ def test_the_training_log_repeats_the_estimate_from_verls_command_line(path, tmp
         assert f"= {at_load.peak.total:.1f} GiB of 79.6, margin {at_load.margin:+.1f} GiB, fits" in line, line
         assert str(tmp_path / "config.json") in line
     assert "not estimated" in memory.from_overrides({"actor_rollout_ref.model.path": str(tmp_path / "missing")})
+
+
+def test_snakemake_dry_run_refuses_the_old_flagship_settings_in_one_line(tmp_path):
+    import json
+
+    from grpoflow_testing import make_workdir, snakemake
+
+    wd = make_workdir(tmp_path)
+    old = {"defaults": {"verl": {"model_dtype": "bf16", "offload_policy": False}, "resources": {"cpus_per_task": 240, "mem_mb": 480000}}}
+    for extra, cause in (({}, "verl.model_dtype = bf16"), ({"checks": {"allow_bf16_master_weights": True}}, "resources.gpu_mem_gb = 80: the estimated peak")):
+        path = tmp_path / "old.yaml"
+        path.write_text(json.dumps(deep_merge(load("config/qwen3-32b-gsm8k.yaml"), deep_merge(old, {"defaults": extra}))))
+        proc = snakemake(["-n", "--configfile", str(path)], wd, check=False)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode != 0 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert lines[0].startswith(f"grpoflow: config error: experiments.qwen3-32b-gsm8k.{cause}"), lines[0]
