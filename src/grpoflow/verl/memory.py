@@ -343,7 +343,7 @@ def bf16_update_lost(lr: float, w: float = TYPICAL_WEIGHT) -> bool:
 
 def time_limit_note(exp: dict) -> str:
     f = exp["grpo"]["save_freq"]
-    return (f"a job killed by its time limit loses up to {f} steps (verl 0.9.1 has no SIGTERM handler; "
+    return (f"A job killed by its time limit loses up to {f} steps (verl 0.9.1 has no SIGTERM handler; "
             f"it resumes from the last grpo.save_freq = {f} checkpoint)")
 
 
