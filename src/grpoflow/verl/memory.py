@@ -313,7 +313,7 @@ def estimate(name: str, exp: dict) -> Breakdown | None:
         host += states_per_gpu * per_node
     else:
         host += per_node * ((P * master / shards / GIB if verl["param_offload"] else 0) + (2 * trainable * master / shards / GIB if verl["optimizer_offload"] else 0))
-    if grpo["kl_coef"] > 0:
+    if grpo["kl_coef"] > 0 and not lora:  # with LoRA verl takes reference log-probs from the actor without adapters
         ref_dtype = _override(verl, "actor_rollout_ref.ref.fsdp_config.model_dtype", "bf16")
         host += per_node * P * DTYPE_BYTES.get(ref_dtype, 4) / shards / GIB
     return Breakdown(name, f"{arch.name}, {P / 1e9:.2f} B params, {source}", capacity,
