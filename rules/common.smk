@@ -156,6 +156,22 @@ from grpoflow.train.command import training_command as _training_command
 from grpoflow.evaluation.settings import benchmark_prompt as _benchmark_prompt
 from grpoflow.evaluation.settings import evaluation_settings as _evaluation_settings
 from grpoflow.report import experiment_summary as _experiment_summary
+from grpoflow.verl.memory import summary as _training_summary
+
+
+class _TrainingSummary:
+    """train_grpo's `message:` ({TRAINING_SUMMARY:{wildcards.experiment}u}): the experiment name arrives as the
+    format spec (the trailing u stops Snakemake's quoting formatter from reading a final q/u of the name). A message
+    rather than a param: editing the estimate's constants must not make Snakemake retrain."""
+
+    def __format__(self, experiment):
+        # The message replaces the job's usual listing in `snakemake -n`, so it names the sbatch shape too.
+        e = CFG.experiment(experiment)
+        shape = ", ".join(f"{k}={v}" for k, v in _slurm_resources(e["resources"]).items() if v not in (None, "", False))
+        return f"{_training_summary(experiment, e)}. Resources: {shape}"
+
+
+TRAINING_SUMMARY = _TrainingSummary()
 
 
 def training_command(experiment):

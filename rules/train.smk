@@ -18,6 +18,9 @@ rule discover_sft_checkpoint:
 
 
 rule train_grpo:
+    message:
+        # The GPU-memory estimate and what a time limit costs (grpoflow.verl.memory.summary), shown by `snakemake -n`.
+        "{TRAINING_SUMMARY:{wildcards.experiment}u}"
     input:
         unpack(training_inputs),
     output:

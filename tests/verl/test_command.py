@@ -47,7 +47,9 @@ def test_32b_gsm8k_recipe_values():
     recipe = {
         "data.train_batch_size": "128", "data.max_prompt_length": "256", "data.max_response_length": "1024",
         "actor_rollout_ref.actor.ppo_mini_batch_size": "64", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "4",
-        "actor_rollout_ref.actor.fsdp_config.model_dtype": "bf16", "actor_rollout_ref.rollout.name": "vllm",
+        # Not the recipe's bf16: fp32 master weights and the CPU offload policy (the config's header says why).
+        "actor_rollout_ref.actor.fsdp_config.model_dtype": "fp32", "actor_rollout_ref.actor.fsdp_config.offload_policy": "true",
+        "actor_rollout_ref.ref.fsdp_config.model_dtype": "bf16", "actor_rollout_ref.rollout.name": "vllm",
         "actor_rollout_ref.rollout.tensor_model_parallel_size": "4", "actor_rollout_ref.rollout.gpu_memory_utilization": "0.8",
         "trainer.n_gpus_per_node": "8", "trainer.nnodes": "1", "trainer.val_before_train": "false",
         "trainer.resume_mode": "auto", "trainer.total_training_steps": "150", "trainer.save_freq": "25",
@@ -169,13 +171,15 @@ def test_dry_run_prints_the_verl_command_and_sbatch_resources(tmp_path):
     wd, repo = make_workdir(tmp_path), REPO
     out = snakemake(["results/qwen3-32b-gsm8k/training_complete.json", "-n", "-p", "--profile", str(repo / "profiles/slurm"),
                      "--configfile", "config/qwen3-32b-gsm8k.yaml"], wd).stdout
-    block = out[out.index("rule train_grpo:"):]
-    assert "nodes=1, gpu=8" in block and "cpus_per_task=240" in block and "mem_mb=480000" in block and "runtime=2880" in block
+    # train_grpo's message (the GPU-memory estimate, then the sbatch shape) replaces Snakemake's listing.
+    block = out[out.index("train qwen3-32b-gsm8k with verl. GPU memory per GPU"):]
+    assert "margin +13.9 GiB, fits" in block and "loses up to 25 steps" in block
+    assert "nodes=1, gpu=8" in block and "cpus_per_task=160" in block and "mem_mb=900000" in block and "runtime=2880" in block
     assert "python -m verl.trainer.main_ppo" in block and "actor_rollout_ref.rollout.tensor_model_parallel_size=4" in block
     two = tmp_path / "two-nodes.yaml"
     two.write_text(json.dumps(deep_merge(load("config/qwen3-8b-gsm8k.yaml"), {"defaults": {"resources": {"nodes": 2}}})))
     out = snakemake(["results/qwen3-8b-gsm8k/training_complete.json", "-n", "-p", "--profile", str(repo / "profiles/slurm"),
                      "--configfile", str(two)], wd).stdout
-    block = out[out.index("rule train_grpo:"):]
+    block = out[out.index("train qwen3-8b-gsm8k with verl"):]
     assert "nodes=2, gres=gpu:4, mpi=srun, tasks_per_node=2" in block and "cpus_per_task=16" in block and " gpu=" not in block
     assert "trainer.nnodes=2" in block

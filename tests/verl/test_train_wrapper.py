@@ -90,6 +90,13 @@ def test_zero_steps_with_exit_0_is_an_error(job):
     assert not (job.out / "training_complete.json").exists()
 
 
+def test_the_log_shows_the_gpu_memory_estimate_before_verl_starts(job, tiny_model):
+    proc = job(exits(0))
+    line = next(ln for ln in proc.stderr.splitlines() if "GPU memory per GPU" in ln)
+    assert f"{tiny_model}/config.json" in line and "margin +" in line and "host RAM per node" in line
+    assert proc.stderr.index("GPU memory per GPU") < proc.stderr.index("running:")
+
+
 @pytest.mark.slow
 def test_resume_that_runs_no_step_is_an_error(job, genuine_checkpoint, tmp_path):
     """The upstream trap: resuming at step 2 of 4, verl runs nothing and exits 0; the wrapper refuses."""

@@ -9,8 +9,11 @@ The full check, against verl's real Hydra schema, is ``python -m grpoflow.verl.v
 
 from __future__ import annotations
 
+import math
+
 from grpoflow.config import register_backend_check
 from grpoflow.errors import ConfigError
+from grpoflow.verl.memory import GIB, HOST_PER_GPU_GIB
 
 VLLM_MAX_LORA_RANK = 512  # verl maps a LoRA rank to vLLM's next allowed one, up to 512
 
@@ -58,6 +61,9 @@ def check_verl_experiment(name: str, exp: dict, cfg=None) -> None:
     if not exp["data"].get("val_split") and (verl["test_freq"] > 0 or verl["val_before_train"]):
         fail("data.val_split is null but verl.test_freq/val_before_train ask for validation: set a val_split or test_freq: -1 and val_before_train: false")
 
+    _check_numerics(exp, fail)
+    _check_gpu_memory(name, exp, fail)
+
     for key in verl["env"]:
         if not key.isidentifier():
             fail(f"verl.env: {key!r} is not a valid environment variable name")
@@ -72,3 +78,41 @@ def check_verl_experiment(name: str, exp: dict, cfg=None) -> None:
             _, key, _ = parse_override(text, f"verl.extra_overrides[{i}]")
             if key == "ray_kwargs.ray_init.num_cpus":
                 fail(f"verl.extra_overrides[{i}] sets {key}: on {nodes} nodes verl attaches to the launcher's Ray cluster, and Ray refuses num_cpus when attaching; remove it")
+
+
+def _check_numerics(exp: dict, fail) -> None:
+    """bf16 master weights hold AdamW's updates only when they are at least half bf16's spacing at a weight's
+    magnitude; below that (lr 1e-6 at |w| ≈ 0.016, spacing 1.2e-4) nearly every update rounds to zero and the run
+    "completes" with the SFT weights (grpoflow.verl.memory.bf16_update_lost)."""
+    from grpoflow.verl.memory import TYPICAL_WEIGHT, bf16_half_spacing, bf16_update_lost
+
+    lr = exp["grpo"]["learning_rate"]
+    if exp["verl"]["model_dtype"] == "bf16" and bf16_update_lost(lr) and not exp["checks"]["allow_bf16_master_weights"]:
+        fail(f"verl.model_dtype = bf16 (actor_rollout_ref.actor.fsdp_config.model_dtype) with grpo.learning_rate = {lr:g}: "
+             f"AdamW steps of about {lr:g} are below half bf16's spacing at a typical weight (|w| {TYPICAL_WEIGHT}: {bf16_half_spacing(TYPICAL_WEIGHT):.1e}) "
+             f"and round to zero, so the run would not learn; use verl.model_dtype: fp32 (verl's default), or set checks.allow_bf16_master_weights: true")
+
+
+def _check_gpu_memory(name: str, exp: dict, fail) -> None:
+    from grpoflow.verl.memory import estimate
+
+    b = estimate(name, exp)
+    if b is None or not exp["checks"]["gpu_memory"]:
+        return
+    p = b.peak
+    if not b.fits:
+        terms = ", ".join(f"{k} {v:.1f}" for k, v in p.terms.items() if v >= 0.05)
+        fixes = []
+        if "rollout" in p.name:
+            if not exp["verl"]["param_offload"] or not exp["verl"]["optimizer_offload"]:
+                fixes.append("verl.param_offload/optimizer_offload: true")
+            fixes.append(f"a lower verl.rollout.gpu_memory_utilization (now {exp['verl']['rollout']['gpu_memory_utilization']})")
+        else:
+            fixes.append("verl.offload_policy: true (AdamW on the CPU)")
+            fixes.append("smaller verl.ppo_micro_batch_size_per_gpu / log_prob_micro_batch_size_per_gpu")
+            fixes.append("more resources.nodes")
+        fail(f"resources.gpu_mem_gb = {exp['resources']['gpu_mem_gb']:g}: the estimated peak per GPU at {p.name} is {p.total:.1f} GiB of "
+             f"{b.capacity:.1f} ({terms}; {b.arch}); use {' or '.join(fixes)}, or checks.gpu_memory: false if you know better")
+    if not b.host_fits:
+        fail(f"resources.mem_mb = {exp['resources']['mem_mb']}: the node needs about {b.host_needed:.0f} GiB of host RAM (offloaded actor states, "
+             f"the pinned reference model, {HOST_PER_GPU_GIB:.0f} GiB per GPU for the workers); raise mem_mb to at least {math.ceil(b.host_needed * GIB / 1e6 / 1000) * 1000}")

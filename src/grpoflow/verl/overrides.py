@@ -184,6 +184,7 @@ def build(exp: dict, experiment: str, inputs: dict, checkpoint_dir: str) -> list
         ("actor_rollout_ref.actor.fsdp_config.model_dtype", verl["model_dtype"], "verl.model_dtype"),
         ("actor_rollout_ref.actor.fsdp_config.param_offload", verl["param_offload"], "verl.param_offload"),
         ("actor_rollout_ref.actor.fsdp_config.optimizer_offload", verl["optimizer_offload"], "verl.optimizer_offload"),
+        ("actor_rollout_ref.actor.fsdp_config.offload_policy", verl["offload_policy"], "verl.offload_policy"),
         ("actor_rollout_ref.actor.optim.lr", grpo["learning_rate"], "grpo.learning_rate"),
         ("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", grpo["lr_warmup_ratio"], "grpo.lr_warmup_ratio"),
         ("actor_rollout_ref.actor.optim.lr_scheduler_type", grpo["lr_scheduler"], "grpo.lr_scheduler"),
@@ -203,6 +204,9 @@ def build(exp: dict, experiment: str, inputs: dict, checkpoint_dir: str) -> list
             ("actor_rollout_ref.actor.kl_loss_coef", grpo["kl_coef"], "grpo.kl_coef"),
             ("actor_rollout_ref.actor.kl_loss_type", "low_var_kl", None),
             ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", verl["log_prob_micro_batch_size_per_gpu"], "verl.log_prob_micro_batch_size_per_gpu"),
+            # verl 0.9.1 defaults the forward-only reference to fp32: twice the pinned host RAM and the per-layer
+            # transfer to the GPU, for log-probs computed in bf16 anyway (its mixed-precision param_dtype).
+            ("actor_rollout_ref.ref.fsdp_config.model_dtype", "bf16", None),
         ]
     items += [
         # rollout

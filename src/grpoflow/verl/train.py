@@ -38,6 +38,7 @@ from grpoflow.progress import StepProgress
 from grpoflow.provenance import provenance
 from grpoflow.verl import checkpoints as ck
 from grpoflow.verl import metrics as vm
+from grpoflow.verl.memory import at_job_start as memory_estimate
 
 log = logging.getLogger("grpoflow.verl.train")
 
@@ -197,6 +198,7 @@ def train(trainer_argv: list[str], marker: str, metrics_out: str, config_hash: s
         raise GrpoflowError("no verl command after `--`")
     ov = parse_overrides(trainer_argv)
     preflight(ov)
+    log.info("%s", memory_estimate(ov))  # the config-load GPU-memory estimate, redone with the model's config.json
     planned = int(ov["trainer.total_training_steps"])
     ckpt = ov["trainer.default_local_dir"]
     nodes = int(ov.get("trainer.nnodes", "1"))
