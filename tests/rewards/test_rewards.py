@@ -259,14 +259,22 @@ def test_check_reward_config_errors_are_one_line(cfg, message):
 
 
 def test_check_reward_config_accepts_the_recipe_configs():
-    check_reward_config({"funcs": ["format2", "cosine", "length"], "weights": [1.0, 1.0, 1.0], "normalize": "per_prompt",
-                         "eps": 1e-6, "params": {"cosine": {"max_len": 30000, "clip_len": True}}}, W)
-    check_reward_config({"funcs": ["format", "tag_count", "accuracy", "cosine", "length", "repetition_penalty"],
-                         "params": {"cosine": {"max_len": 1000, "min_value_wrong": -10.0, "max_value_wrong": 0.0,
-                                               "min_value_correct": 1.0, "max_value_correct": 2.0},
-                                    "repetition_penalty": {"ngram_size": 40, "max_penalty": -0.05}}}, W)
-    check_reward_config({"funcs": ["match_format_exactly", "match_format_approximately", "check_answer", "check_numbers"]}, W)
-    check_reward_config({"funcs": ["binary"], "params": {"binary": {"no_answer": -0.5}}}, W)
+    from grpoflow.rewards import resolve_params
+
+    fastmath = {"funcs": ["format2", "cosine", "length"], "weights": [1.0, 1.0, 1.0], "normalize": "per_prompt",
+                "eps": 1e-6, "params": {"cosine": {"max_len": 30000, "clip_len": True}}}
+    ablation = {"funcs": ["format", "tag_count", "accuracy", "cosine", "length", "repetition_penalty"],
+                "params": {"cosine": {"max_len": 1000, "min_value_wrong": -10.0, "max_value_wrong": 0.0,
+                                      "min_value_correct": 1.0, "max_value_correct": 2.0},
+                           "repetition_penalty": {"ngram_size": 40, "max_penalty": -0.05}}}
+    tpu = {"funcs": ["match_format_exactly", "match_format_approximately", "check_answer", "check_numbers"]}
+    qwen_math = {"funcs": ["binary"], "params": {"binary": {"no_answer": -0.5}}}
+    # Accepted, and each reward gets the recipe's values over the registry's defaults.
+    assert resolve_params(fastmath, where=W)["cosine"] == {**registry()["cosine"].defaults(), "max_len": 30000, "clip_len": True}
+    assert resolve_params(ablation, where=W)["repetition_penalty"] == {"ngram_size": 40, "max_penalty": -0.05}
+    assert resolve_params(ablation, where=W)["cosine"]["min_value_wrong"] == -10.0
+    assert list(resolve_params(tpu, where=W)) == tpu["funcs"]
+    assert resolve_params(qwen_math, where=W)["binary"] == {"correct": 1.0, "wrong": -1.0, "no_answer": -0.5}
 
 
 def test_config_module_uses_the_registry():
