@@ -1,6 +1,6 @@
 # The two set-up commands of the README:
 #   make demo   # set up .venv, then run the whole embedded default: snakemake --profile profiles/local
-#   make test   # set up .venv, then run the test suite (what CI runs)
+#   make test   # set up .venv, then the lint gate (make lint), then the test suite (what CI runs)
 # Both are safe to repeat: the environment is rebuilt only when the lock file changes.
 # Set-up (requirements/setup-venv): PYTHON is checked against the lock's supported range before anything is created
 # (a supported one on this machine is used instead, or one line says what to run); installs with uv when it can be
@@ -24,7 +24,13 @@ $(STAMP): requirements/local.lock pyproject.toml
 demo: setup
 	$(BIN)/snakemake --profile profiles/local
 
-test: setup
+# ruff and snakefmt settings: pyproject.toml (line length 120, as the code is wrapped).
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/snakefmt --check .
+
+test: setup lint
 	$(BIN)/pytest
 
 dag: setup  # the DAG picture of the README (needs Graphviz's `dot`)

@@ -93,7 +93,16 @@ def main():
             env = dict(os.environ)
             if cfg["cert"] and "SSL_CERT_FILE" not in env:
                 env["SSL_CERT_FILE"] = cfg["cert"][0]
-            args = [uv, "pip", "install", "--quiet", "--python", sys.executable, "--index-strategy", "unsafe-best-match"]
+            args = [
+                uv,
+                "pip",
+                "install",
+                "--quiet",
+                "--python",
+                sys.executable,
+                "--index-strategy",
+                "unsafe-best-match",
+            ]
             args += [a for url in cfg["index-url"][:1] for a in ("--index-url", url)]
             args += [a for url in cfg["extra-index-url"] for a in ("--extra-index-url", url)]
             args += [a for path in cfg["find-links"] for a in ("--find-links", path)]

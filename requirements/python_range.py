@@ -18,7 +18,11 @@ CANDIDATES = [(3, m) for m in range(6, 20)]
 
 
 def locked_names(lock=LOCK):
-    return [line.split("==")[0].strip() for line in lock.read_text().splitlines() if "==" in line and not line.startswith("#")]
+    return [
+        line.split("==")[0].strip()
+        for line in lock.read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    ]
 
 
 def bounds(lock=LOCK):

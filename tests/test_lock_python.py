@@ -1,7 +1,6 @@
 """The Python range set-up accepts (the lock's header line) agrees with the locked packages, and an unsupported
 interpreter is refused before anything is created (issue 14)."""
 
-import os
 import pathlib
 import shutil
 import subprocess
@@ -22,7 +21,9 @@ def test_header_range_is_every_locked_packages_requires_python():
     assert python_range.supported_range() == header
     # The installed interpreter is in it (the lock was resolved on, and CI runs, the resolved-on version).
     assert f"{sys.version_info.major}.{sys.version_info.minor}" in [
-        line.split(":", 1)[1].strip() for line in python_range.LOCK.read_text().splitlines() if line.startswith("# resolved-on:")
+        line.split(":", 1)[1].strip()
+        for line in python_range.LOCK.read_text().splitlines()
+        if line.startswith("# resolved-on:")
     ]
 
 
@@ -96,7 +97,11 @@ def test_failed_install_leaves_no_venv(sandbox):
     (pathlib.Path(env["PATH"]) / "python3.11").symlink_to(sys.executable)
     env = {**env, "INSTALLER": "pip", "TORCH_INDEX": "", "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": ""}
     done = subprocess.run(
-        ["sh", "requirements/setup-venv", ".venv", "python3.11", "setup"], cwd=root, env=env, capture_output=True, text=True
+        ["sh", "requirements/setup-venv", ".venv", "python3.11", "setup"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode != 0
     assert "removed the half-made .venv/" in done.stderr
