@@ -26,8 +26,8 @@ from pathlib import Path
 
 import yaml
 
-from grpoflow.errors import GrpoflowError
 from grpoflow.discovery import HUB_ID
+from grpoflow.errors import GrpoflowError
 from grpoflow.evaluation.generation import first_line
 from grpoflow.io import atomic_write_json, read_json, sha256_file
 

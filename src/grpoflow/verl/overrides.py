@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from grpoflow.errors import ConfigError
+
 # Imported here, unguarded: an import error of the reward module stops the command's composition (the DAG build,
 # `snakemake -n`, validate) at once, not verl's first step on a command without the custom reward.
 from grpoflow.rewards import verl as rewards_verl
