@@ -53,8 +53,12 @@ def test_gives_up_naming_the_holder_and_the_fix(tmp_path):
 
 
 def test_nested_dirs_and_reentry_in_one_process(tmp_path):
+    me = f"pid {os.getpid()} on "
     with exclusive_dir(tmp_path / "a"):
         with exclusive_dir(tmp_path / "b"):
-            pass
-    with exclusive_dir(tmp_path / "a", wait_s=0):
-        pass
+            assert me in (tmp_path / "a" / LOCK_NAME).read_text() and me in (tmp_path / "b" / LOCK_NAME).read_text()
+        assert (tmp_path / "b" / LOCK_NAME).read_text() == ""  # the inner one let go, the outer one still holds
+        assert me in (tmp_path / "a" / LOCK_NAME).read_text()
+    with exclusive_dir(tmp_path / "a", wait_s=0):  # wait_s=0: taken at once, or this raises
+        assert me in (tmp_path / "a" / LOCK_NAME).read_text()
+    assert (tmp_path / "a" / LOCK_NAME).read_text() == ""

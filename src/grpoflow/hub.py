@@ -26,8 +26,8 @@ from pathlib import Path
 import yaml
 
 from grpoflow.config import is_credential_name
-from grpoflow.errors import GrpoflowError
 from grpoflow.discovery import HUB_ID
+from grpoflow.errors import GrpoflowError
 from grpoflow.evaluation.generation import first_line
 from grpoflow.io import atomic_write_json, read_json, sha256_file
 
@@ -42,8 +42,7 @@ CARD_NAME = "README.md"
 def model_files(model_dir: str) -> list[dict]:
     """Files of the merged model dir that upload_folder would send (its default ignores applied), sorted.
     A README.md in the model dir is replaced by the generated card."""
-    from huggingface_hub.utils import filter_repo_objects
-    from huggingface_hub.utils._paths import DEFAULT_IGNORE_PATTERNS
+    from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 
     root = Path(model_dir)
     if not root.is_dir():
@@ -79,14 +78,21 @@ def _base_model(experiment_cfg: dict) -> str | None:
 def model_card(experiment: str, experiment_cfg: dict, marker: dict, evaluations: list[dict], repo_id: str) -> str:
     """README.md for the Hub: metadata, evaluation table, training config and provenance — all from the run's
     own files, so the same run always yields the same card."""
+    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
     grpo, data = experiment_cfg["grpo"], experiment_cfg["data"]
     base = _base_model(experiment_cfg)
-    meta = {"library_name": "transformers", "pipeline_tag": "text-generation", "tags": ["grpo", "reinforcement-learning", "math", "grpoflow"]}
-    if grpo.get("lora", {}).get("rank"):
-        meta["tags"].append("lora-merged")
-    if base:
-        meta["base_model"] = base
-    lines = ["---", yaml.safe_dump(meta, sort_keys=True).strip(), "---", "", f"# {repo_id.split('/')[-1]}", ""]
+    name = repo_id.split("/")[-1]
+    tags = ["grpo", "reinforcement-learning", "math", "grpoflow"] + (["lora-merged"] if grpo.get("lora", {}).get("rank") else [])
+    # The accuracies also go into the card's metadata (model-index), where the Hub shows them as evaluation results.
+    results = [
+        EvalResult(task_type="text-generation", dataset_type=ev["benchmark"], dataset_name=ev["benchmark"], metric_type="accuracy",
+                   metric_value=round(ev["metrics"]["accuracy"], 4))
+        for ev in sorted(evaluations, key=lambda e: e["benchmark"])
+    ]
+    meta = ModelCardData(base_model=base, library_name="transformers", pipeline_tag="text-generation", tags=tags,
+                         model_name=name if results else None, eval_results=results or None)
+    lines = ["---", meta.to_yaml(), "---", "", f"# {name}", ""]
     start = base or "its SFT checkpoint"
     lines += [
         f"GRPO fine-tune of `{start}` for math reasoning, trained with grpoflow (experiment `{experiment}`, "
@@ -121,7 +127,7 @@ def model_card(experiment: str, experiment_cfg: dict, marker: dict, evaluations:
         lines.append("- last training step: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in sorted(marker["metrics_summary"].items())))
     for name, version in sorted((prov.get("packages") or {}).items()):
         lines.append(f"- {name} {version}")
-    return "\n".join(lines).rstrip() + "\n"
+    return str(ModelCard("\n".join(lines).rstrip() + "\n"))  # ModelCard parses (and so checks) the metadata
 
 
 # ---- the job ------------------------------------------------------------------------------------------------------

@@ -72,9 +72,3 @@ def run_job(snakemake: Any, fn: Callable[..., Any], **kwargs: Any) -> Any:
     log_file = snakemake.log[0] if len(snakemake.log) else None
     setup_logging(log_file)
     return guarded(fn, log_file=log_file, what=f"rule {snakemake.rule}", **kwargs)
-
-
-def not_implemented(snakemake: Any, issue: int) -> None:
-    """Steps a later issue makes real fail clearly instead of pretending."""
-    log_file = snakemake.log[0] if len(snakemake.log) else None
-    fail(f"rule {snakemake.rule} is not implemented yet: see issue #{issue}", log_file)

@@ -62,6 +62,10 @@ def test_upload_is_complete_and_idempotent(experiment_config, run, hub, with_tok
     card = files["README.md"].decode()
     assert card.startswith("---\nbase_model: Qwen/Qwen3-0.6B\n") and len(files["README.md"]) == first["files"][-1]["size"]
     assert "| arith | 50.0% | 90.0% | 60.0% | 5.0% | 2.0% | 30.5 | 200 | greedy, max 48 tokens |" in card
+    from huggingface_hub import ModelCard
+
+    results = ModelCard(card).data.eval_results  # the Hub's evaluation results (model-index) say the same
+    assert [(r.dataset_name, r.metric_type, r.metric_value) for r in results] == [("arith", "accuracy", 0.5)]
     assert "- grpoflow commit: `deadbeef`" in card and "node17" not in card
     assert "wandb-secret-value" not in card and "WANDB_PROJECT: <redacted>" in card
     assert "The LoRA adapter (rank 16) is merged into the weights" in card

@@ -70,7 +70,7 @@ def test_report_numbers_come_from_the_files(tmp_path, config):
     assert "**Best on `arith` (primary benchmark): `lr-high`** (GRPO) with 41.2% ± 3.5%, +11.2 pts vs its SFT start `base-sft`" in md
     assert "| 1 | **lr-high** | GRPO | 41.2% | +11.2 pts | 0.0% | -1.0 pts |" in md
     # Only the hyperparameter that differs gets a column; the shared ones are listed once.
-    assert "learning_rate |" in md.splitlines()[next(i for i, l in enumerate(md.splitlines()) if l.startswith("| rank"))]
+    assert "learning_rate |" in md.splitlines()[next(i for i, line in enumerate(md.splitlines()) if line.startswith("| rank"))]
     assert "Shared by every experiment: backend = trl, lora_rank = 0" in md
 
     plots = sorted(p.name for p in (out / "plots").iterdir())

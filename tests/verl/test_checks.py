@@ -49,7 +49,11 @@ def test_bad_settings_fail_at_config_load_in_one_line(override, message):
 
 
 def test_dynamic_batch_size_skips_the_micro_batch_arithmetic():
-    resolve({"verl": {"use_dynamic_bsz": True, "ppo_micro_batch_size_per_gpu": 48}})
+    with pytest.raises(ConfigError, match="ppo_micro_batch_size_per_gpu = 48 does not divide"):
+        resolve({"verl": {"ppo_micro_batch_size_per_gpu": 48}})
+    cfg = resolve({"verl": {"use_dynamic_bsz": True, "ppo_micro_batch_size_per_gpu": 48}})  # the same value is accepted
+    verl = cfg.experiment("qwen3-32b-gsm8k")["verl"]
+    assert verl["use_dynamic_bsz"] is True and verl["ppo_micro_batch_size_per_gpu"] == 48
 
 
 def test_saved_steps_follow_verls_rotation():

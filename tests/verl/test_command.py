@@ -183,3 +183,22 @@ def test_dry_run_prints_the_verl_command_and_sbatch_resources(tmp_path):
     block = out[out.index("train qwen3-8b-gsm8k with verl"):]
     assert "nodes=2, gres=gpu:4, mpi=srun, tasks_per_node=2" in block and "cpus_per_task=16" in block and " gpu=" not in block
     assert "trainer.nnodes=2" in block
+
+
+def test_an_import_error_of_the_reward_module_stops_the_command_at_once(monkeypatch):
+    """An import error of grpoflow.rewards.verl fails the command's composition (the DAG build), not verl's first
+    step on the cluster, as the old guarded import did by leaving the reward overrides out."""
+    from grpoflow.train.command import training_command
+
+    cfg = resolved(VERL_CONFIGS[0])
+    name = next(iter(cfg.experiments))
+    import grpoflow.rewards
+    import grpoflow.verl
+
+    for module in ("command", "overrides"):  # imported afresh, as in a new Snakemake process
+        monkeypatch.delitem(sys.modules, f"grpoflow.verl.{module}", raising=False)
+        monkeypatch.delattr(grpoflow.verl, module, raising=False)
+    monkeypatch.delattr(grpoflow.rewards, "verl", raising=False)
+    monkeypatch.setitem(sys.modules, "grpoflow.rewards.verl", None)  # any import of it raises ImportError
+    with pytest.raises(ImportError, match="grpoflow.rewards.verl"):
+        training_command(cfg, name, training_inputs(cfg, name), OUTPUTS)

@@ -22,6 +22,10 @@ from typing import Any, Iterable
 
 from grpoflow.errors import ConfigError
 
+# Imported here, unguarded: an import error of the reward module stops the command's composition (the DAG build,
+# `snakemake -n`, validate) at once, not verl's first step on a command without the custom reward.
+from grpoflow.rewards import verl as rewards_verl
+
 ENTRYPOINT = "python -m verl.trainer.main_ppo"
 
 # Keys verl 0.9.1 composes without complaint but main_ppo never reads: a run using them silently trains on
@@ -126,27 +130,12 @@ def _lora(grpo: dict) -> list[tuple[str, Any, str]]:
 def _reward_overrides(rewards: dict, max_response_length: int) -> list[str]:
     """The reward part of the command, owned by grpoflow.rewards (custom compute_score, its kwargs, the group
     advantage estimator)."""
-    try:
-        from grpoflow.rewards import verl as rewards_verl
-    except ImportError:
-        rewards_verl = None
-    hook = getattr(rewards_verl, "hydra_overrides", None)
-    if hook is None:
-        # TODO(issue #3): grpoflow.rewards.verl.hydra_overrides has not landed yet. Without it the command has
-        # no custom reward, and verl rejects our data_source ("grpoflow/<dataset>") at the first step: loud,
-        # never a run on the wrong reward.
-        return []
-    return list(hook(rewards, max_response_length=max_response_length))
+    return list(rewards_verl.hydra_overrides(rewards, max_response_length=max_response_length))
 
 
 def reward_environment(rewards: dict) -> dict[str, str]:
     """Environment the reward module needs on every node (e.g. VERL_USE_EXTERNAL_MODULES for the estimator)."""
-    try:
-        from grpoflow.rewards import verl as rewards_verl
-    except ImportError:
-        return {}
-    hook = getattr(rewards_verl, "environment", None)
-    return dict(hook(rewards)) if hook is not None else {}
+    return dict(rewards_verl.environment(rewards))
 
 
 def build(exp: dict, experiment: str, inputs: dict, checkpoint_dir: str) -> list[Override]:

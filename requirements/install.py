@@ -1,0 +1,131 @@
+"""Installs requirements/local.lock and grpoflow (editable) into the running interpreter's venv: `make setup` runs it
+as .venv/bin/python requirements/install.py (standard library only: nothing is installed yet).
+
+Installer: uv when it can be had (on PATH, or the lock's uv pin bootstrapped with pip, ~3 s), pip otherwise or when
+uv fails: uv is several times faster here (README: measured set-up times).
+uv does not read pip's configuration (pip.conf, PIP_* variables), so the indexes, find-links and CA bundle pip is
+configured with are passed to uv here; --index-strategy unsafe-best-match is pip's behaviour (the best version across
+all indexes), which a mirror holding only some wheels of a package needs.
+
+torch: PyPI's Linux x86_64 torch wheels are the CUDA build (~0.5 GB plus ~2.5 GB of nvidia-* wheels). When
+PyTorch's CPU index (TORCH_INDEX) answers, it is added as an extra index: the lock's torch==X matches X+cpu there,
+and both installers take X+cpu as the higher version. TORCH_INDEX= (empty) turns that off.
+"""
+
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import urllib.request
+
+LOCK = "requirements/local.lock"
+DEFAULT_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def say(message):
+    print(f"grpoflow: {message}", file=sys.stderr, flush=True)
+
+
+def pip_config():
+    """pip's configured index-url, extra-index-url, find-links and cert, from `pip config list` (its public CLI)."""
+    out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+    found = {"index-url": [], "extra-index-url": [], "find-links": [], "cert": []}
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        name = key.rsplit(".", 1)[-1]
+        if name in found and value:
+            # `pip config list` quotes values; several values are newline-separated in pip.conf, spaces in PIP_*.
+            for item in value.strip("'\"").replace("\\n", " ").split():
+                if item not in found[name]:
+                    found[name].append(item)
+    return found
+
+
+def reachable(url, timeout=3):
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/torch/", timeout=timeout):
+            return True
+    except Exception:  # DNS, TLS, timeout, HTTP error: all mean "not usable here"
+        return False
+
+
+def locked_pin(name):
+    for line in open(LOCK):
+        if line.lower().startswith(f"{name}=="):
+            return line.strip()
+    return None
+
+
+def find_uv(pip_cmd):
+    uv = shutil.which("uv")
+    if uv:
+        return uv
+    pin = locked_pin("uv")
+    if not pin:
+        return None
+    done = subprocess.run([*pip_cmd, "--quiet", pin], capture_output=True, text=True)
+    venv_uv = os.path.join(os.path.dirname(sys.executable), "uv")
+    return venv_uv if done.returncode == 0 and os.access(venv_uv, os.X_OK) else None
+
+
+def main():
+    installer = os.environ.get("INSTALLER", "auto")
+    torch_index = os.environ.get("TORCH_INDEX", DEFAULT_TORCH_INDEX)
+    pip_cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check"]
+
+    extra = []
+    if torch_index:
+        if reachable(torch_index):
+            extra = ["--extra-index-url", torch_index]
+        else:
+            say(
+                f"PyTorch's CPU index {torch_index} does not answer; {locked_pin('torch')} comes from the configured "
+                "indexes (on Linux x86_64 PyPI's is the CUDA build, ~3 GB, unless a local torch+cpu wheel is found)"
+            )
+
+    ok = False
+    if installer in ("auto", "uv"):
+        uv = find_uv(pip_cmd)
+        if uv:
+            cfg = pip_config()
+            env = dict(os.environ)
+            if cfg["cert"] and "SSL_CERT_FILE" not in env:
+                env["SSL_CERT_FILE"] = cfg["cert"][0]
+            args = [
+                uv,
+                "pip",
+                "install",
+                "--quiet",
+                "--python",
+                sys.executable,
+                "--index-strategy",
+                "unsafe-best-match",
+            ]
+            args += [a for url in cfg["index-url"][:1] for a in ("--index-url", url)]
+            args += [a for url in cfg["extra-index-url"] for a in ("--extra-index-url", url)]
+            args += [a for path in cfg["find-links"] for a in ("--find-links", path)]
+            ok = subprocess.run([*args, *extra, "-r", LOCK], env=env).returncode == 0
+            ok = ok and subprocess.run([*args, "--no-deps", "-e", "."], env=env).returncode == 0
+            if not ok:
+                say("uv could not install the lock; falling back to pip")
+        elif installer == "uv":
+            say("INSTALLER=uv but uv is neither on PATH nor installable with pip; falling back to pip")
+    if not ok:
+        ok = subprocess.run([*pip_cmd, "--quiet", *extra, "-r", LOCK]).returncode == 0
+        ok = ok and subprocess.run([*pip_cmd, "--quiet", "--no-deps", "-e", "."]).returncode == 0
+    if not ok:
+        return 1
+
+    torch_version = importlib.metadata.version("torch")
+    if platform.system() == "Linux" and "+" not in torch_version:
+        say(
+            f"installed torch {torch_version}, PyPI's CUDA build with its nvidia-* wheels; for the CPU build rerun where "
+            f"{torch_index or DEFAULT_TORCH_INDEX} answers (or set TORCH_INDEX to a mirror of it): rm -rf .venv && make setup"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
