@@ -10,9 +10,9 @@ milliseconds.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
+from grpoflow.rewards import _linear_re as lre
 from grpoflow.rewards.numbers import MINUS_SIGNS, NUMBER_WORDS, words_to_number
 
 __all__ = ["Extraction", "extract_answer", "extract_boxed_answer", "response_part", "find_boxes", "END_TOKENS",
@@ -65,7 +65,7 @@ def response_part(completion: str) -> tuple[str | None, str | None]:
 # 2a. Boxes
 
 
-_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BOX_RE = lre.compile(r"\\(?:boxed|fbox)\s*\{")
 
 
 def match_braces(text: str) -> dict[int, int]:
@@ -125,7 +125,7 @@ def unwrap_boxes(content: str) -> str:
 
 # Between adjacent boxes of one multi-part answer: spaces, commas, "and", "or", $ (and inline-math delimiters,
 # \text{ and }, \quad) — never a newline or a sentence end.
-_BOX_GAP_RE = re.compile(
+_BOX_GAP_RE = lre.compile(
     r"(?:[ \t,$]|\\[()]|\band\b|\bor\b|\\text\s*\{\s*(?:and|or|,)?\s*\}|\\q?quad\b|\\[,;: ])*"
 )
 
@@ -170,43 +170,43 @@ def extract_boxed_answer(text: str) -> str | None:
 # Reading a statement: "Tom earns $1,680 in 4 weeks." → 1,680 ; "12 × 35 × 4 = 1680" → 1680
 
 
-_MATH_SPAN_RE = re.compile(
+_MATH_SPAN_RE = lre.compile(
     r"\$\$(?P<dd>.+?)\$\$"
     r"|\\\[(?P<br>.+?)\\\]"
     r"|\\\((?P<pa>.+?)\\\)"
-    # Inline $...$ as pandoc reads it: no space after the opening $, none before the closing one, and the
-    # closing $ not followed by a digit — so "$5 and $10" is currency, "$x = 5$" is math.
-    r"|(?<![\\$])\$(?P<dl>[^\s$](?:[^$\n]*?[^\s\\$])?)\$(?!\d)",
-    re.S,
+    # Inline $...$ as pandoc reads it: no space after the opening $, none before the closing one, the opening $
+    # not escaped, and the closing $ not followed by a digit — so "$5 and $10" is currency, "$x = 5$" is math.
+    r"|\$(?P<dl>[^\s$](?:[^$\n]*?[^\s\\$])?)\$",  # + not after \ or $, not before a digit: _math_spans
+    lre.S,
 )
-_BOLD_RE = re.compile(r"\*\*(?P<b>[^*\n]{1,80}?)\*\*|__(?P<u>[^_\n]{1,80}?)__")
+_BOLD_RE = lre.compile(r"\*\*(?P<b>[^*\n]{1,80}?)\*\*|__(?P<u>[^_\n]{1,80}?)__")
 _NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+"
 _OP = r"[-+*/×÷xX·⋅]|\\times|\\cdot|\\div"
 # A plain-text arithmetic chain ending in "= result": "48+24 = 72", "12 × 35 × 4 = 1680", "$3 * 4 = $12".
-_CHAIN_RE = re.compile(
+_CHAIN_RE = lre.compile(
     rf"(?:\$?(?:{_NUM})\s*(?:{_OP})\s*)+\$?(?:{_NUM})\s*(?:=\s*\$?(?:{_NUM})\s*(?:(?:{_OP})\s*\$?(?:{_NUM})\s*)*)*=\s*(?P<res>-?\$?(?:{_NUM})%?)"
 )
-_NUMBER_RE = re.compile(rf"(?P<neg>-\s?)?(?P<cur>\\?\$\s?)?(?P<n>(?:{_NUM})(?:\s?/\s?(?:{_NUM}))?)(?P<pct>\s?(?:\\?%|percent\b))?")
-_WORDNUM_RE = re.compile(
+_NUMBER_RE = lre.compile(rf"(?P<neg>-\s?)?(?P<cur>\\?\$\s?)?(?P<n>(?:{_NUM})(?:\s?/\s?(?:{_NUM}))?)(?P<pct>\s?(?:\\?%|percent\b))?")
+_WORDNUM_RE = lre.compile(
     r"\b(?:(?:minus|negative)\s+)?(?:" + "|".join(sorted(NUMBER_WORDS, key=len, reverse=True)) + r")"
     r"(?:[\s-]+(?:and\s+)?(?:" + "|".join(sorted(NUMBER_WORDS, key=len, reverse=True)) + r"))*\b",
-    re.I,
+    lre.I,
 )
 # Words after which a number is context, not the result ("in 4 weeks", "after 3 days", "per 2 hours").
 _CONTEXT_WORDS = {"in", "after", "per", "within", "over", "every", "each", "for", "from", "by", "at", "on",
                   "step", "steps", "day", "week", "month", "year", "part", "page", "of",
                   "not", "than", "except", "without"}  # "5, not 6": a rejected value is not the result
 # A clause that restates the result in other units or words ("72 muffins, which is 6 dozen").
-_RESTATE_RE = re.compile(
+_RESTATE_RE = lre.compile(
     r",\s*(?:which|i\.e\.|that\s+is|that's|or\s+about|or\s+approximately|equivalent|also|so\s+about)\b"
     r"|\s\((?:i\.e\.|which|or|about|approximately|that\s+is|=)"
     r"|\s(?:—|–|--)\s"
     r"|;\s",
-    re.I,
+    lre.I,
 )
-_HEDGE_RE = re.compile(
+_HEDGE_RE = lre.compile(
     r"^\s*(?:,\s*)?(?:or|and/or)\s+(?:maybe\s+|perhaps\s+|possibly\s+|probably\s+)?(?:\\?\$\s?)?-?\s?(?:\d|\\frac)",
-    re.I,
+    lre.I,
 )
 
 
@@ -219,6 +219,24 @@ class _Cand:
     context: bool = False
 
 
+def _math_spans(text: str):
+    """The math spans of ``_MATH_SPAN_RE``, with the inline ``$`` conditions RE2 cannot express (look-arounds)
+    checked here: an inline span that fails them is skipped and the search resumes one character later, as a
+    backtracking engine would."""
+    pos = 0
+    while True:
+        m = _MATH_SPAN_RE.search(text, pos)
+        if m is None:
+            return
+        if m.group("dl") is not None and (
+            (m.start() > 0 and text[m.start() - 1] in "\\$") or (m.end() < len(text) and text[m.end()].isdecimal())
+        ):
+            pos = m.start() + 1
+            continue
+        yield m
+        pos = m.end() if m.end() > m.start() else m.start() + 1
+
+
 def _mask(text: str, spans: list[tuple[int, int]]) -> str:
     """Blank out already-claimed spans so later patterns do not read inside them (keeps indices)."""
     chars = list(text)
@@ -228,23 +246,43 @@ def _mask(text: str, spans: list[tuple[int, int]]) -> str:
     return "".join(chars)
 
 
+_LAST_WORD_RE = lre.compile(r"([A-Za-z=]+)[^A-Za-z0-9=]*$")
+_DIGIT_RE = lre.compile(r"\d")
+
+
 def _preceding_word(text: str, start: int) -> str:
-    m = re.search(r"([A-Za-z=]+)[^A-Za-z0-9=]*$", text[max(0, start - 40):start])
+    m = _LAST_WORD_RE.search(text[max(0, start - 40):start])
     return m.group(1).lower() if m else ""
+
+
+_NUMBER_RHS_RE = lre.compile(rf"-?\\?\$?\s?(?:{_NUM})(?:\s*\\?%)?(?:\s*\\text\{{[^{{}}]*\}})?")
+_VARIABLE_RE = lre.compile(r"[A-Za-z](?:_\{?\w+\}?)?")
+
+
+def _split_equals(text: str) -> list[str]:
+    """``text`` split at each ``=`` that is an equals sign, not part of ``<=``, ``>=``, ``!=``, ``\\=`` or
+    ``==`` (a single linear scan)."""
+    parts, start = [], 0
+    for i, ch in enumerate(text):
+        if ch == "=" and (i == 0 or text[i - 1] not in "<>!\\") and text[i + 1:i + 2] != "=":
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
 
 
 def _math_value(latex: str) -> str:
     """A math span's result: the right-hand side of a chain whose last side is a number, else the whole span."""
     inner = latex.strip()
-    parts = re.split(r"(?<![<>!\\])=(?!=)", inner)
+    parts = _split_equals(inner)
     if len(parts) > 1:
         rhs = parts[-1].strip()
-        if re.fullmatch(rf"-?\\?\$?\s?(?:{_NUM})(?:\s*\\?%)?(?:\s*\\text\{{[^{{}}]*\}})?", rhs) or (
+        if _NUMBER_RHS_RE.fullmatch(rhs) or (
             # "x = 5": keep the assignment (the comparison understands it); chains of arithmetic → the result
             len(parts) > 2 and rhs
         ):
             lhs = parts[0].strip()
-            if not re.fullmatch(r"[A-Za-z](?:_\{?\w+\}?)?", lhs):
+            if not _VARIABLE_RE.fullmatch(lhs):
                 return rhs
     return inner
 
@@ -254,11 +292,11 @@ def _candidates(stmt: str) -> list[_Cand]:
     claimed: list[tuple[int, int]] = []
     for m in _BOLD_RE.finditer(stmt):
         inner = m.group("b") or m.group("u") or ""
-        if re.search(r"\d", inner) or _WORDNUM_RE.search(inner):
+        if _DIGIT_RE.search(inner) or _WORDNUM_RE.search(inner):
             cands.append(_Cand(m.start(), m.end(), inner, "bold"))
             claimed.append((m.start(), m.end()))
     masked = _mask(stmt, claimed)
-    for m in _MATH_SPAN_RE.finditer(masked):
+    for m in _math_spans(masked):
         inner = next(g for g in (m.group("dd"), m.group("br"), m.group("pa"), m.group("dl")) if g is not None)
         if inner.strip():
             cands.append(_Cand(m.start(), m.end(), inner, "math"))
@@ -278,7 +316,7 @@ def _candidates(stmt: str) -> list[_Cand]:
         masked = _mask(stmt, claimed)
         for m in _WORDNUM_RE.finditer(masked):
             value = words_to_number(m.group(0))
-            if value is not None and not re.fullmatch(r"(?i)one|a", m.group(0).strip()):
+            if value is not None and m.group(0).strip().lower() not in ("one", "a"):
                 cands.append(_Cand(m.start(), m.end(), str(value), "words"))
     for c in cands:
         c.context = _preceding_word(stmt, c.start) in _CONTEXT_WORDS
@@ -286,9 +324,12 @@ def _candidates(stmt: str) -> list[_Cand]:
     return cands
 
 
+_BELOW_AFTER_RE = lre.compile(r"\s*(?:[A-Za-z]+\s+){0,2}below\s+(?:sea\s+level|zero|freezing)\b", lre.I)
+
+
 def _apply_sign_words(stmt: str, c: _Cand) -> str:
     after = stmt[c.end:c.end + 60]
-    if re.match(r"\s*(?:[A-Za-z]+\s+){0,2}below\s+(?:sea\s+level|zero|freezing)\b", after, re.I):
+    if _BELOW_AFTER_RE.match(after):
         if not c.text.startswith("-"):
             return "-" + c.text
     return c.text
@@ -309,6 +350,9 @@ def _bounded(stmt: str, prefer: str) -> str:
     tail = stmt[-MAX_STATEMENT_CHARS:]
     cut = tail.find(" ")
     return tail[cut + 1:] if cut >= 0 else tail
+
+
+_PLAIN_NUMBER_CHARS_RE = lre.compile(r"[-$\\\d.,%\s]+")
 
 
 def read_statement(stmt: str, prefer: str) -> tuple[str | None, bool]:
@@ -335,7 +379,7 @@ def read_statement(stmt: str, prefer: str) -> tuple[str | None, bool]:
         chosen = strong[0] if prefer == "first" else strong[-1]
         if chosen.kind == "math":
             value = _math_value(chosen.text)
-        elif chosen.kind == "bold" and not re.fullmatch(r"[-$\\\d.,%\s]+", chosen.text):
+        elif chosen.kind == "bold" and not _PLAIN_NUMBER_CHARS_RE.fullmatch(chosen.text):
             value = read_statement(chosen.text, prefer)[0] or chosen.text.strip()  # "**72 muffins**"
         elif chosen.kind == "bold":
             value = chosen.text.strip()
@@ -350,8 +394,9 @@ def read_statement(stmt: str, prefer: str) -> tuple[str | None, bool]:
 # 2b–e. Answer tags, "####", answer phrases, the concluding sentence
 
 
-_HASHES_RE = re.compile(r"(?m)^[ \t]*####(?!#)[ \t]*(\S[^\n]*?)[ \t]*$")
-_PHRASE_RE = re.compile(
+# "#### X" (X as group 1, possibly with leading spaces: readers strip it); "#####" is not a GSM8K answer line.
+_HASHES_RE = lre.compile(r"(?m)^[ \t]*####([ \t]+\S[^\n]*?|[^#\s][^\n]*?)[ \t]*$")
+_PHRASE_RE = lre.compile(
     r"(?:"
     r"\b(?:the\s+)?final\s+answer\s*(?:is|would\s+be|will\s+be)?\s*:?"
     r"|\bthe\s+(?:correct\s+)?answer\s+(?:to\s+[^.\n:]{1,60}?\s+)?(?:is|would\s+be|will\s+be)\s*:?"
@@ -360,17 +405,21 @@ _PHRASE_RE = re.compile(
     r"|^[ \t]*#{1,6}[ \t]*(?:final\s+)?answer\b[ \t]*:?"
     r"|答案(?:是|为|：|:)"
     r")",
-    re.I | re.M,
+    lre.I | lre.M,
 )
-_FENCE_RE = re.compile(r"```.*?(?:```|\Z)", re.S)
-_SENTENCE_END_RE = re.compile(r"(?<!\d)[.!?。](?=\s|$)|(?<=\d)[.!?。](?=\s+[A-Z*]|\s*$)|\n\s*\n|\n(?=\s*[-*#]|\s*\d+[.)]\s)")
-_CLOSER_RE = re.compile(r"(?i)^\W*(?:i\s+hope\s+(?:this|that|it)|hope\s+(?:this|that)|let\s+me\s+know|good\s+luck|"
+_FENCE_RE = lre.compile(r"```.*?(?:```|\Z)", lre.S)
+# Sentence ends: a full stop (after a digit only before a capital, "*" or the end: "3.5" and "1. item" are not),
+# a blank line, or a line break before a list item. The conditions on the neighbours are checked in
+# _sentence_ends (RE2 has no look-arounds).
+_SENTENCE_END_RE = lre.compile(r"(?P<stop>[.!?。])|\n\s*\n|(?P<nl>\n)")
+_LIST_ITEM_RE = lre.compile(r"\s*(?:[-*#]|\d+[.)]\s)")
+_CLOSER_RE = lre.compile(r"(?i)^\W*(?:i\s+hope\s+(?:this|that|it)|hope\s+(?:this|that)|let\s+me\s+know|good\s+luck|"
                         r"have\s+a\s+(?:nice|great|good)|happy\s+to\s+help|feel\s+free)")
-_DANGLING_RE = re.compile(
+_DANGLING_RE = lre.compile(
     r"(?:[-+*/=^×÷(\[{,:\\]|\\frac|\b(?:the|a|an|of|to|is|are|was|were|and|or|but|so|then|with|for|by|from|in|on|"
     r"at|as|that|which|we|i|it|this|be|each|per|than|into|has|have|get|gets|equals|plus|minus|times|divided|"
     r"multiplied|if|because|therefore|thus|hence|since|total|let's|let|compute|calculate))\s*$",
-    re.I,
+    lre.I,
 )
 
 
@@ -402,9 +451,28 @@ def _truncated(response: str) -> bool:
     return para.count("{") > para.count("}")
 
 
+def _sentence_ends(text: str):
+    n = len(text)
+    for m in _SENTENCE_END_RE.finditer(text):
+        end = m.end()
+        if m.group("stop") is not None:
+            j = end
+            while j < n and text[j].isspace():
+                j += 1
+            if m.start() > 0 and text[m.start() - 1].isdecimal():
+                ok = j == n or (j > end and (text[j] == "*" or "A" <= text[j] <= "Z"))
+            else:
+                ok = j == n or j > end
+            if not ok:
+                continue
+        elif m.group("nl") is not None and not _LIST_ITEM_RE.match(text, end):
+            continue
+        yield m
+
+
 def _sentences(text: str) -> list[str]:
     out, last = [], 0
-    for m in _SENTENCE_END_RE.finditer(text):
+    for m in _sentence_ends(text):
         out.append(text[last:m.end()])
         last = m.end()
     out.append(text[last:])
@@ -423,7 +491,7 @@ def _from_conclusion(response: str) -> Extraction:
     if fence is not None and not text[fence.end():].strip():
         return _none("the response ends in a code block (code is not an answer)")
     sentences = _sentences(_FENCE_RE.sub(" ", text))
-    while sentences and _CLOSER_RE.match(sentences[-1].strip()) and not re.search(r"\d", sentences[-1]):
+    while sentences and _CLOSER_RE.match(sentences[-1].strip()) and not _DIGIT_RE.search(sentences[-1]):
         sentences.pop()  # "I hope this helps!" closes, it does not conclude
     if not sentences:
         return _none("no concluding statement")
@@ -464,13 +532,19 @@ def _read_tag_content(content: str) -> tuple[str | None, bool]:
     return value, hedge
 
 
+_VALUE_START_RE = lre.compile(r"[-+$\\(.\d]|" + "|".join(MINUS_SIGNS))
+
+
 def _bare_value(text: str) -> str | None:
     """The value of a ``#### X`` line, or None when X is words (a markdown heading such as "#### Step 2")."""
     text = text.strip()
-    if not re.match(r"[-+$\\(.\d]|" + "|".join(MINUS_SIGNS), text):
+    if not _VALUE_START_RE.match(text):
         return None
     value, _ = read_statement(text, prefer="first")
     return value
+
+
+_CODE_SPAN_RE = lre.compile(r"\s*`([^`]+)`")
 
 
 def _from_phrase(response: str) -> Extraction | None:
@@ -480,7 +554,7 @@ def _from_phrase(response: str) -> Extraction | None:
     if found is None:
         return None
     stmt = _statement_after(response, found.end())
-    code = re.match(r"\s*`([^`]+)`", stmt)
+    code = _CODE_SPAN_RE.match(stmt)
     if code:  # "The answer is `print(72)`": a code span is read verbatim, the verifier rejects code
         return Extraction(code.group(1).strip(), "phrase")
     value, hedge = read_statement(stmt, prefer="first")
@@ -517,12 +591,12 @@ def extract_answer(completion: str) -> Extraction:
 # ---------------------------------------------------------------------------------------------------------------
 # Code is not an answer (convention §3)
 
-_CODE_RE = re.compile(
-    r"(?<![\\\w])(?:print|eval|exec|open|__import__|import|lambda|len|sum|range|sorted|int|float|str|list|dict|"
+_CODE_RE = lre.compile(
+    r"(?:^|[^\\\w])(?:print|eval|exec|open|__import__|import|lambda|len|sum|range|sorted|int|float|str|list|dict|"
     r"set|tuple|abs|round|max|min|pow|map|filter|input|compile|getattr|globals|locals)\s*\("
     r"|\bimport\s+\w|\blambda\b[^:]*:|\bdef\s+\w+\s*\(|\breturn\b|__\w+__"
-    r"|(?<![\\\w])[A-Za-z_]\w*\.[A-Za-z_]\w*\s*\("  # attribute call: math.sqrt(2), os.system(...)
-    r"|\w\s*\*\*\s*\w|(?<![:/])//"  # Python power and floor division
+    r"|(?:^|[^\\\w])[A-Za-z_]\w*\.[A-Za-z_]\w*\s*\("  # attribute call: math.sqrt(2), os.system(...)
+    r"|\w\s*\*\*\s*\w|(?:^|[^:/])//"  # Python power and floor division
     r"|\bfor\s+\w+\s+in\b|\bif\s+.+\belse\b|```"
 )
 

@@ -18,7 +18,6 @@ in ``stats()`` — a reward that stays at 0 because of a broken verifier shows u
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
 
+from grpoflow.rewards import _linear_re as lre
 from grpoflow.rewards import extract as _extract
 from grpoflow.rewards._sandbox import default_pool
 from grpoflow.rewards.numbers import Number, numbers_equal, parse_number, words_to_number
@@ -113,17 +113,17 @@ def _report(kind: str, detail: str, gold: str, pred: str) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # Ground-truth and answer shapes
 
-_CHOICE_RE = re.compile(
+_CHOICE_RE = lre.compile(
     r"^\s*(?:\\text(?:bf|rm)?\s*\{\s*|\\mathrm\s*\{\s*|\\textbf\s*\{\s*)?\(?\s*([A-E])\s*\)?\s*\}?\s*(?:[.:)]|\\[ ,;]|\s|$)"
 )
-_GOLD_CHOICE_RE = re.compile(r"^\s*(?:\\text(?:bf|rm)?\s*\{\s*|\\mathrm\s*\{\s*)?\(?\s*([A-E])\s*\)?\s*\}?\s*$")
-_BASE_RE = re.compile(r"^\s*(?:\\text\s*\{)?([0-9A-Za-z]+)\}?\s*_\s*\{?\s*(\d{1,2})\s*\}?\s*$")
-_HEDGE_WORD_RE = re.compile(r"\\text\s*\{\s*or\s*\}|(?<![a-z])or(?![a-z])|\\lor\b|\\vee\b|\bmaybe\b|\beither\b", re.I)
-_LIST_SPLIT_RE = re.compile(r"\s*(?:,|;|\\text\s*\{\s*,?\s*and\s*\}|\band\b)\s*")
-_THOUSANDS_RE = re.compile(r"^\s*[-+]?\\?\$?\d{1,3}(?:,\d{3})+(?:\.\d+)?\s*$")
+_GOLD_CHOICE_RE = lre.compile(r"^\s*(?:\\text(?:bf|rm)?\s*\{\s*|\\mathrm\s*\{\s*)?\(?\s*([A-E])\s*\)?\s*\}?\s*$")
+_BASE_RE = lre.compile(r"^\s*(?:\\text\s*\{)?([0-9A-Za-z]+)\}?\s*_\s*\{?\s*(\d{1,2})\s*\}?\s*$")
+_HEDGE_WORD_RE = lre.compile(r"\\text\s*\{\s*or\s*\}|(?:^|[^a-z])or(?:[^a-z]|$)|\\lor\b|\\vee\b|\bmaybe\b|\beither\b", lre.I)
+_LIST_SPLIT_RE = lre.compile(r"\s*(?:,|;|\\text\s*\{\s*,?\s*and\s*\}|\band\b)\s*")
+_THOUSANDS_RE = lre.compile(r"^\s*[-+]?\\?\$?\d{1,3}(?:,\d{3})+(?:\.\d+)?\s*$")
 # Inputs that would make sympy compute for minutes or exhaust memory: towers of exponents, factorials of large
 # numbers, numbers with hundreds of digits. Checked on the answer only (a ground truth may legitimately be big).
-_PATHOLOGICAL_RE = re.compile(
+_PATHOLOGICAL_RE = lre.compile(
     r"\^\s*\{[^{}]*\^\s*\{[^{}]*\^"  # a^{b^{c^d}}
     r"|\^\s*\{?\s*\d{4,}"  # 2^{12345}
     r"|(?:\d{4,}|[})])\s*!"  # 100000!, (n)!
@@ -142,6 +142,18 @@ def _clean_gold(gold: str) -> str:
     if len(boxed) == 1 and boxed[0].end >= 0 and not g[: boxed[0].start].strip() and not g[boxed[0].end:].strip():
         g = _extract.unwrap_boxes(boxed[0].content)
     return g
+
+
+def _thousands_group_at(t: str, i: int) -> bool:
+    """``t[i]`` is a comma followed by exactly three digits (",680" in "1,680")."""
+    group = t[i + 1:i + 4]
+    return len(group) == 3 and group.isdecimal() and not t[i + 4:i + 5].isdecimal()
+
+
+def _ends_in_short_number(text: str) -> bool:
+    """``text`` ends in 1-3 digits that are not part of a longer number or a decimal ("x, 1" but not "0.1")."""
+    k = len(text) - len(text.rstrip("0123456789"))
+    return 1 <= k <= 3 and (k == len(text) or not (text[-k - 1].isdecimal() or text[-k - 1] == "."))
 
 
 def _split_list(text: str) -> list[str] | None:
@@ -184,7 +196,7 @@ def _split_list(text: str) -> list[str] | None:
         elif depth == 0:
             m = _LIST_SPLIT_RE.match(t, i)
             if m and m.end() > i and (ch in ",;" or ch.isspace()):
-                if ch == "," and re.match(r",\d{3}(?!\d)", t[i:]) and re.search(r"(?<![\d.])\d{1,3}$", t[start:i]):
+                if ch == "," and _thousands_group_at(t, i) and _ends_in_short_number(t[start:i]):
                     i += 1  # a thousands separator inside a number of the list
                     continue
                 items.append(t[start:i])
@@ -197,18 +209,23 @@ def _split_list(text: str) -> list[str] | None:
     return items if len(items) > 1 else None
 
 
+_INEQUALITY_RE = lre.compile(r"[<>]|\\[lg]eq?\b|\\neq")
+_THREE_LETTERS_RE = lre.compile(r"[a-z]{3}", lre.I)
+_DIGIT_OR_COMMAND_RE = lre.compile(r"\d|\\")
+
+
 def _number(text: str) -> Number | None:
     """The answer as a plain number: the text itself, the right-hand side of an assignment or arithmetic chain
     ("x = 5", "48 + 24 = 72"), or number words ("seventy-two")."""
     n = parse_number(text)
     if n is not None:
         return n
-    if "=" in text and not re.search(r"[<>]|\\[lg]eq?\b|\\neq", text):
+    if "=" in text and not _INEQUALITY_RE.search(text):
         rhs = text.rsplit("=", 1)[1]
         n = parse_number(rhs)
         if n is not None:
             return n
-    if re.search(r"[a-z]{3}", text, re.I) and not re.search(r"\d|\\", text):
+    if _THREE_LETTERS_RE.search(text) and not _DIGIT_OR_COMMAND_RE.search(text):
         value = words_to_number(text)
         if value is not None:
             return Number(Fraction(value))
@@ -262,6 +279,9 @@ def _answers_equal(answer: str, gold: str) -> tuple[bool, str, str | None]:
     return (True, "math_verify", None) if outcome.equal else (False, "math_verify", "wrong answer")
 
 
+_UPPER_TEXT_CMD_RE = lre.compile(r"^\\TEXT\s*\{(.*)\}$")  # \text{1011} after .upper()
+
+
 def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None], str | None] | None:
     """Everything decided without sympy — ((equal, method, reason), counter to bump) — or None for math-verify."""
     if not gold:
@@ -284,7 +304,7 @@ def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None
         digits, base = m.group(1).upper(), m.group(2)
         mm = _BASE_RE.match(answer)
         pred = mm.group(1).upper() if mm and mm.group(2) == base else answer.strip().strip("$").upper()
-        pred = re.sub(r"^\\TEXT\s*\{(.*)\}$", r"\1", pred).strip()
+        pred = _UPPER_TEXT_CMD_RE.sub(r"\1", pred).strip()
         return ((True, "base", None) if pred.lstrip("0") == digits.lstrip("0") else (False, "base", "wrong answer")), None
     # Lists ("all solutions") against single values and lists of plain numbers: settled without sympy.
     a_items, g_items = _split_list(answer), _split_list(gold)
@@ -315,7 +335,7 @@ def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None
     return None
 
 
-_LATEX_NOISE_RE = re.compile(r"\\left|\\right|\\[,;:! ]|\\displaystyle|\s+|\$")
+_LATEX_NOISE_RE = lre.compile(r"\\left|\\right|\\[,;:! ]|\\displaystyle|\s+|\$")
 
 
 def _latex_key(text: str) -> str:
@@ -323,14 +343,18 @@ def _latex_key(text: str) -> str:
     return _LATEX_NOISE_RE.sub("", text).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
 
 
+_MATH_CHAR_RE = lre.compile(r"[\d\\^_{}()=+\-*/]")
+_AND_RE = lre.compile(r"\band\b|\\text\s*\{\s*and")
+
+
 def _plainly_not_a_number(answer: str) -> bool:
     """Words without any digit or math (a name, "none") cannot equal a numeric ground truth."""
-    return not re.search(r"[\d\\^_{}()=+\-*/]", answer) and words_to_number(answer) is None
+    return not _MATH_CHAR_RE.search(answer) and words_to_number(answer) is None
 
 
 def _for_math_verify(answer: str) -> str:
     """List separators math-verify reads as a set ("2 and -3" → "2, -3")."""
-    return _LIST_SPLIT_RE.sub(", ", answer) if re.search(r"\band\b|\\text\s*\{\s*and", answer) else answer
+    return _LIST_SPLIT_RE.sub(", ", answer) if _AND_RE.search(answer) else answer
 
 
 # ---------------------------------------------------------------------------------------------------------------
