@@ -6,6 +6,11 @@ arithmetic. So LaTeX comparisons run in worker processes (``_mv_worker``): a sof
 ends ordinary slow cases, and a hard deadline here kills the worker when even that does not land. Any number of
 threads may call ``MathVerifyPool.compare`` at once; each takes an idle worker (starting one, up to ``size``).
 
+A call waits for an idle worker at most as long as the hard deadline, so one call costs at most the wait plus
+the hard deadline (plus a worker's start-up when none is running), however many threads are queued behind
+hostile inputs: a comparison that finds no worker in time is a timeout ("no idle math-verify worker"), counted
+like any other.
+
 Environment: ``GRPOFLOW_VERIFY_WORKERS`` (processes per pool, default min(4, CPUs)), ``GRPOFLOW_VERIFY_TIMEOUT``
 (soft deadline in seconds per comparison, default 5; the hard one is 5 s later), ``GRPOFLOW_VERIFY_MEMORY_MB``
 (address-space cap per worker, default 2048).
@@ -139,7 +144,9 @@ class MathVerifyPool:
             with self._cv:
                 self._idle, self._count, self._pid = [], 0, os.getpid()
 
-    def _acquire(self) -> _Worker:
+    def _acquire(self) -> _Worker | None:
+        """An idle worker (starting one when the pool is not full), or None when none frees up in time."""
+        deadline = time.monotonic() + self.hard_timeout
         with self._cv:
             while True:
                 if self._idle:
@@ -147,7 +154,10 @@ class MathVerifyPool:
                 if self._count < self.size:
                     self._count += 1
                     break
-                self._cv.wait()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._cv.wait(remaining)
         try:
             worker = _Worker(self.startup_timeout)
         except OSError as exc:
@@ -175,6 +185,14 @@ class MathVerifyPool:
             self._cv.notify()
 
     def compare(self, gold: str, pred: str) -> Outcome:
+        """Is ``pred`` equal to ``gold`` (math-verify)? ``Outcome.status`` ok | timeout | error."""
+        return self._call({"gold": gold, "pred": pred})
+
+    def check_gold(self, gold: str) -> Outcome:
+        """Can math-verify read ``gold`` within the deadline? status ok, or timeout | error with the reason."""
+        return self._call({"check": gold})
+
+    def _call(self, request: dict) -> Outcome:
         self._check_fork()
         for attempt in range(3):
             try:
@@ -183,8 +201,10 @@ class MathVerifyPool:
                 if attempt == 2:
                     return Outcome(False, "error", str(exc))
                 continue
+            if worker is None:
+                return Outcome(False, "timeout", f"no idle math-verify worker within {self.hard_timeout:g}s")
             try:
-                reply = worker.request({"gold": gold, "pred": pred, "soft": self.soft_timeout}, self.hard_timeout)
+                reply = worker.request({**request, "soft": self.soft_timeout}, self.hard_timeout)
             except _Deadline:
                 worker.kill()
                 self._release(None)
@@ -202,8 +222,8 @@ class MathVerifyPool:
                 self._release(None)
             else:
                 self._release(worker)
-            if "equal" in reply:
-                return Outcome(bool(reply["equal"]), "ok")
+            if "equal" in reply or reply.get("ok"):
+                return Outcome(bool(reply.get("equal")), "ok")
             if reply.get("timeout"):
                 return Outcome(False, "timeout", f"exceeded {self.soft_timeout:g}s")
             return Outcome(False, "error", str(reply.get("error", reply)))

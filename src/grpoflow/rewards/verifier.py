@@ -17,6 +17,7 @@ in ``stats()`` — a reward that stays at 0 because of a broken verifier shows u
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections import Counter, OrderedDict
@@ -39,6 +40,7 @@ __all__ = [
     "within_tolerance",
     "format_ok",
     "stats",
+    "bad_ground_truths",
     "reset_stats",
     "reset_caches",
 ]
@@ -75,7 +77,8 @@ def _count(key: str, n: int = 1) -> None:
 
 def stats() -> dict[str, int]:
     """Counters since start (or ``reset_stats``): ``verified``, ``correct``, ``no_answer``, ``fast_path``,
-    ``math_verify``, ``timeouts``, ``errors``, ``guarded``, ``cache_hits`` and ``length_in_chars`` (rewards that
+    ``math_verify``, ``timeouts``, ``errors``, ``guarded``, ``cache_hits``, ``bad_ground_truths`` (distinct ground
+    truths math-verify cannot evaluate: ``bad_ground_truths()`` names them) and ``length_in_chars`` (rewards that
     had to measure length in characters because the trainer gave no token counts)."""
     with _stats_lock:
         return dict(_stats)
@@ -87,10 +90,58 @@ def reset_stats() -> None:
 
 
 def reset_caches() -> None:
-    """Forget cached verdicts and comparisons (benchmarks and tests; a run never needs to)."""
+    """Forget cached verdicts, comparisons and ground-truth checks (benchmarks and tests; a run never needs to)."""
     with _equal_lock:
         _equal_cache.clear()
         _verdict_cache.clear()
+    with _gold_lock:
+        _bad_golds.clear()
+        _checked_golds.clear()
+    _clean_gold.cache_clear()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Ground truths math-verify cannot evaluate: recognised once per distinct value, then decided without a worker.
+# Otherwise every completion of such a problem would pay the full comparison deadline (issue 13).
+
+_bad_golds: dict[str, str] = {}  # cleaned ground truth -> why it cannot be evaluated
+_checked_golds: set[str] = set()  # ground truths already checked alone after a failed comparison
+_gold_lock = threading.Lock()
+
+
+def bad_ground_truths() -> dict[str, str]:
+    """Every ground truth found unevaluable since start (or ``reset_caches``) → the problem with it."""
+    with _gold_lock:
+        return dict(_bad_golds)
+
+
+def _bad_gold_problem(gold: str, outcome) -> str | None:
+    """Why ``gold`` itself cannot be evaluated, judging from a failed comparison against it (checking the ground
+    truth alone once, in a worker under the same deadline), or None when the answer was the problem."""
+    if outcome.status == "error" and "cannot read the ground truth" in outcome.detail:
+        return outcome.detail
+    with _gold_lock:
+        if gold in _checked_golds:
+            return None
+    check = default_pool().check_gold(gold)
+    if check.status == "timeout" and check.detail.startswith("no idle"):
+        return None  # the pool was busy: nothing learnt about this ground truth, check again next time
+    with _gold_lock:
+        if len(_checked_golds) >= _EQUAL_CACHE_SIZE:
+            _checked_golds.clear()
+        _checked_golds.add(gold)
+    return None if check.status == "ok" else f"{check.status}: {check.detail}"
+
+
+def _mark_bad_gold(gold: str, problem: str) -> None:
+    with _gold_lock:
+        new = gold not in _bad_golds
+        _bad_golds[gold] = problem
+    if new:
+        _count("bad_ground_truths")
+        log.warning("grpoflow.rewards: ground truth %r cannot be evaluated (%s): every answer to it is scored "
+                    "'not correct' with an error, without a comparison [see grpoflow.rewards.bad_ground_truths()]",
+                    gold[:120], problem)
 
 
 _warned = 0
@@ -131,8 +182,12 @@ _PATHOLOGICAL_RE = lre.compile(
     r"|\d{300,}"
 )
 MAX_ANSWER_CHARS = 1000
+# Reading a completion is linear in its length (RE2 and single scans); this cap turns "linear" into a bound on
+# one call's in-process work. 1,000,000 characters is ~250k tokens, beyond any configured response length.
+MAX_COMPLETION_CHARS = 1_000_000
 
 
+@functools.lru_cache(maxsize=65536)
 def _clean_gold(gold: str) -> str:
     g = str(gold).strip()
     g = _extract.strip_end_tokens(g).strip()
@@ -271,9 +326,19 @@ def _answers_equal(answer: str, gold: str) -> tuple[bool, str, str | None]:
         if counter:
             _count(counter)
         return result
+    with _gold_lock:
+        bad = _bad_golds.get(gold)
+    if bad is not None:
+        _count("errors")
+        return False, "math_verify", f"error: ground truth cannot be evaluated ({bad})"
     _count("math_verify")
     outcome = default_pool().compare(gold, _for_math_verify(answer))
     if outcome.status != "ok":
+        problem = _bad_gold_problem(gold, outcome)
+        if problem is not None:
+            _mark_bad_gold(gold, problem)
+            _count("errors")
+            return False, "math_verify", f"error: ground truth cannot be evaluated ({problem})"
         _report(outcome.status, outcome.detail, gold, answer)
         return False, "math_verify", f"{outcome.status}: {outcome.detail}"
     return (True, "math_verify", None) if outcome.equal else (False, "math_verify", "wrong answer")
@@ -379,6 +444,8 @@ def verify_many(pairs: Sequence[tuple[str, str]]) -> list[Verdict]:
         with _equal_lock:
             if (completion, truth) in _verdict_cache:
                 continue
+        if len(completion) > MAX_COMPLETION_CHARS:
+            continue
         try:
             ext = exts[i] = _extract.extract_answer(completion)
         except Exception:  # noqa: BLE001 - verify() reports it
@@ -425,6 +492,9 @@ def _verify_cached(completion: str, ground_truth: str, ext: _extract.Extraction 
 
 
 def _verify(completion: str, ground_truth: str, ext: _extract.Extraction | None = None) -> Verdict:
+    if len(completion) > MAX_COMPLETION_CHARS:
+        _count("guarded")
+        return Verdict(False, False, None, None, f"no answer: completion longer than {MAX_COMPLETION_CHARS:,} characters")
     ext = ext if ext is not None else _extract.extract_answer(completion)
     if ext.answer is None:
         return Verdict(False, False, None, None, f"no answer: {ext.reason}")
