@@ -160,24 +160,42 @@ class LinearPattern:
         self._last = (text, encoded)
         return encoded
 
-    def _iter(self, anchor, text: str, pos: int, endpos: int | None) -> Iterator[LinearMatch]:
+    def _prepare(self, text: str, pos: int, endpos: int | None):
+        """(encoded text, ascii?, byte pos, byte endpos), or None for an empty range."""
         if not isinstance(text, str):
             raise TypeError(f"expected str, got {type(text).__name__}")
         n = len(text)
         pos = max(0, min(pos, n))
         endpos = n if endpos is None else max(0, min(endpos, n))
         if pos > endpos:
-            return
+            return None
         encoded = self._encode(text)
-        ascii_text = len(encoded) == n
-        if ascii_text:
-            bpos, bend = pos, endpos
-        else:
-            bpos = _re2.CharLenToBytes(encoded, 0, pos)
-            bend = bpos + _re2.CharLenToBytes(encoded, bpos, endpos - pos)
+        if len(encoded) == n:  # ASCII: byte offsets are character offsets
+            return encoded, True, pos, endpos
+        bpos = _re2.CharLenToBytes(encoded, 0, pos)
+        return encoded, False, bpos, bpos + _re2.CharLenToBytes(encoded, bpos, endpos - pos)
+
+    def _first(self, anchor, text: str, pos: int, endpos: int | None) -> LinearMatch | None:
+        prepared = self._prepare(text, pos, endpos)
+        if prepared is None:
+            return None
+        encoded, ascii_text, bpos, bend = prepared
+        spans = self._regexp.Match(anchor, encoded, bpos, bend)
+        if spans[0] == _NULL:
+            return None
+        if not ascii_text:
+            spans = [span if span == _NULL else (_re2.BytesToCharLen(encoded, 0, span[0]),
+                                                 _re2.BytesToCharLen(encoded, 0, span[1])) for span in spans]
+        return LinearMatch(self, text, spans)
+
+    def _iter(self, text: str, pos: int, endpos: int | None) -> Iterator[LinearMatch]:
+        prepared = self._prepare(text, pos, endpos)
+        if prepared is None:
+            return
+        encoded, ascii_text, bpos, bend = prepared
         last_byte, last_char = bpos, pos  # offsets only grow: convert incrementally, one pass over the text
         while True:
-            spans = self._regexp.Match(anchor, encoded, bpos, bend)
+            spans = self._regexp.Match(_UNANCHORED, encoded, bpos, bend)
             if spans[0] == _NULL:
                 return
             if ascii_text:
@@ -193,25 +211,24 @@ class LinearPattern:
                         table[off] = _re2.BytesToCharLen(encoded, 0, off)  # matches; kept correct anyway)
                 chars = [span if span == _NULL else (table[span[0]], table[span[1]]) for span in spans]
             yield LinearMatch(self, text, chars)
-            if anchor is not _UNANCHORED or bpos == bend:
+            if bpos == bend:
                 return
             if spans[0][1] == bpos:  # an empty match: step one character to make progress
-                step = 1 if ascii_text else _re2.CharLenToBytes(encoded, bpos, 1)
-                bpos += step
+                bpos += 1 if ascii_text else _re2.CharLenToBytes(encoded, bpos, 1)
             else:
                 bpos = spans[0][1]
 
     def search(self, text: str, pos: int = 0, endpos: int | None = None) -> LinearMatch | None:
-        return next(self._iter(_UNANCHORED, text, pos, endpos), None)
+        return self._first(_UNANCHORED, text, pos, endpos)
 
     def match(self, text: str, pos: int = 0, endpos: int | None = None) -> LinearMatch | None:
-        return next(self._iter(_START, text, pos, endpos), None)
+        return self._first(_START, text, pos, endpos)
 
     def fullmatch(self, text: str, pos: int = 0, endpos: int | None = None) -> LinearMatch | None:
-        return next(self._iter(_BOTH, text, pos, endpos), None)
+        return self._first(_BOTH, text, pos, endpos)
 
     def finditer(self, text: str, pos: int = 0, endpos: int | None = None) -> Iterator[LinearMatch]:
-        return self._iter(_UNANCHORED, text, pos, endpos)
+        return self._iter(text, pos, endpos)
 
     def findall(self, text: str) -> list:
         return [m.group() if not self.groups else m.group(1) if self.groups == 1 else m.groups("")

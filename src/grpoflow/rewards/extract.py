@@ -412,7 +412,6 @@ _FENCE_RE = lre.compile(r"```.*?(?:```|\Z)", lre.S)
 # a blank line, or a line break before a list item. The conditions on the neighbours are checked in
 # _sentence_ends (RE2 has no look-arounds).
 _SENTENCE_END_RE = lre.compile(r"(?P<stop>[.!?。])|\n\s*\n|(?P<nl>\n)")
-_LIST_ITEM_RE = lre.compile(r"\s*(?:[-*#]|\d+[.)]\s)")
 _CLOSER_RE = lre.compile(r"(?i)^\W*(?:i\s+hope\s+(?:this|that|it)|hope\s+(?:this|that)|let\s+me\s+know|good\s+luck|"
                         r"have\s+a\s+(?:nice|great|good)|happy\s+to\s+help|feel\s+free)")
 _DANGLING_RE = lre.compile(
@@ -465,9 +464,24 @@ def _sentence_ends(text: str):
                 ok = j == n or j > end
             if not ok:
                 continue
-        elif m.group("nl") is not None and not _LIST_ITEM_RE.match(text, end):
+        elif m.group("nl") is not None and not _list_item_at(text, end):
             continue
         yield m
+
+
+def _list_item_at(text: str, i: int) -> bool:
+    """A list item starts at ``text[i:]`` after spaces: ``-``, ``*``, ``#`` or ``12.``/``12)`` and a space.
+    (A scan rather than ``match(text, pos)``: on non-ASCII text each positioned RE2 call converts offsets from
+    the start, which a loop over the lines would make quadratic.)"""
+    n = len(text)
+    while i < n and text[i].isspace():
+        i += 1
+    if i < n and text[i] in "-*#":
+        return True
+    k = i
+    while k < n and text[k].isdecimal():
+        k += 1
+    return i < k < n - 1 and text[k] in ".)" and text[k + 1].isspace()
 
 
 def _sentences(text: str) -> list[str]:

@@ -111,6 +111,9 @@ def parse_number(text: str, max_len: int = 200) -> Number | None:
     s = s.strip("$ \t\n*_")
     if s.startswith("\\(") and s.endswith("\\)") or s.startswith("\\[") and s.endswith("\\]"):
         s = s[2:-2].strip()
+    if _DEC_RE.fullmatch(s):  # the common case, "72" or "1,680.5": nothing below would change it
+        value = _decimal(s)
+        return Number(value) if value is not None else None
     # A trailing full stop ends a sentence, it is not a decimal point.
     s = _FINAL_STOP_RE.sub(r"\1", s)
     s = s.replace("{,}", ",").replace("\\!", "")

@@ -248,9 +248,9 @@ def _split_list(text: str) -> list[str] | None:
             depth += 1
         elif ch in ")]}":
             depth -= 1
-        elif depth == 0:
+        elif depth == 0 and (ch in ",;" or ch.isspace()):
             m = _LIST_SPLIT_RE.match(t, i)
-            if m and m.end() > i and (ch in ",;" or ch.isspace()):
+            if m and m.end() > i:
                 if ch == "," and _thousands_group_at(t, i) and _ends_in_short_number(t[start:i]):
                     i += 1  # a thousands separator inside a number of the list
                     continue
