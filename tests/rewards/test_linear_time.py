@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from grpoflow.rewards import _linear_re, _mv_worker, extract, funcs, numbers, verifier, verify
+from grpoflow.rewards import _linear_re, _mv_worker, adversarial, extract, funcs, numbers, reset_caches, verifier, verify
 
 REWARDS_DIR = Path(verifier.__file__).parent
 # Modules that may use the stdlib re: the RE2 wrapper itself (translating patterns, not model text), the
@@ -143,3 +143,43 @@ def test_the_issue_input_is_linear_end_to_end():
         times[k] = time.perf_counter() - start
     assert times[10] < 0.05
     assert times[8000] < 0.5, times
+
+
+class _InstantPool:
+    """Stands in for the math-verify pool: these tests time the verifier's own (in-process) work."""
+
+    size = 1
+
+    def compare(self, gold, pred):
+        from grpoflow.rewards._sandbox import Outcome
+
+        return Outcome(False, "ok")
+
+    check_gold = compare
+
+
+@pytest.mark.parametrize("family", sorted(adversarial.HOSTILE))
+def test_verify_in_process_work_is_linear_on_every_hostile_family(monkeypatch, family):
+    monkeypatch.setattr(verifier, "default_pool", lambda: _InstantPool())
+
+    def cost(n_chars: int) -> float:
+        make = adversarial.HOSTILE[family]
+        text = make(max(1, n_chars // len(make(1))))[:n_chars]
+        best = float("inf")
+        for _ in range(2):
+            total = 0.0
+            for c in (f"\\boxed{{{text}}}", f"The answer is {text}.", f"<think>x</think>{text} So the total is 5.", text):
+                reset_caches()
+                start = time.perf_counter()
+                verify(c, "\\frac{1}{2}")
+                total += time.perf_counter() - start
+            best = min(best, total)
+        return best
+
+    for _attempt in range(3):
+        small, large = cost(20_000), cost(160_000)
+        if large <= 0.05 or large / max(small, 1e-4) <= MAX_RATIO:
+            break
+    else:
+        pytest.fail(f"{family}: {small * 1e3:.1f} ms -> {large * 1e3:.1f} ms for 8x the length")
+    assert large < 2.0, f"{family}: {large:.2f}s for 160,000 characters"

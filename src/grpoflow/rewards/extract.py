@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from grpoflow.rewards import _linear_re as lre
 from grpoflow.rewards.numbers import MINUS_SIGNS, NUMBER_WORDS, words_to_number
 
-__all__ = ["Extraction", "extract_answer", "extract_boxed_answer", "response_part", "find_boxes", "END_TOKENS",
+__all__ = ["Extraction", "extract_answer", "extract_boxed_answer", "response_part", "find_boxes", "top_level", "END_TOKENS",
            "looks_like_code"]
 
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
@@ -90,7 +90,25 @@ def match_braces(text: str) -> dict[int, int]:
 class Box:
     start: int  # index of the backslash
     end: int  # index just past the closing brace (== -1 when unclosed)
-    content: str
+    text: str = field(repr=False, compare=False)  # the text the box was found in
+
+    @property
+    def content(self) -> str:
+        """Between the braces ("" when unclosed). Sliced on demand: slicing every box of a deeply nested text
+        up front would copy the text once per box (quadratic)."""
+        if self.end < 0:
+            return ""
+        return self.text[self.text.index("{", self.start) + 1:self.end - 1]
+
+
+def top_level(boxes: list[Box]) -> list[Box]:
+    """The closed boxes not inside another box (a box inside a box is part of that answer)."""
+    top: list[Box] = []
+    for b in boxes:
+        if b.end < 0 or (top and b.start < top[-1].end):
+            continue
+        top.append(b)
+    return top
 
 
 def find_boxes(text: str) -> list[Box]:
@@ -103,24 +121,34 @@ def find_boxes(text: str) -> list[Box]:
         brace = m.end() - 1
         close = pairs.get(brace)
         if close is None:
-            boxes.append(Box(m.start(), -1, ""))
+            boxes.append(Box(m.start(), -1, text))
         else:
-            boxes.append(Box(m.start(), close + 1, text[brace + 1:close]))
+            boxes.append(Box(m.start(), close + 1, text))
     return boxes
 
 
 def unwrap_boxes(content: str) -> str:
-    """``\\boxed{\\boxed{x}}`` means ``x``; box commands inside an answer are dropped, their contents kept."""
-    for _ in range(50):  # nesting depth is tiny in practice; the bound keeps a crafted input linear
-        m = _BOX_RE.search(content)
-        if not m:
-            break
-        close = match_braces(content).get(m.end() - 1)
-        if close is None:
-            content = content[: m.start()] + content[m.end():]
-        else:
-            content = content[: m.start()] + content[m.end():close] + content[close + 1:]
-    return content.strip()
+    """``\\boxed{\\boxed{x}}`` means ``x``; box commands inside an answer are dropped, their contents kept.
+
+    One pass (one brace matching, then every box command and its closing brace skipped): removing them one at a
+    time re-scanned the content per box, quadratic in a deeply nested answer."""
+    if "box" not in content:
+        return content.strip()
+    pairs = match_braces(content)
+    skip: list[tuple[int, int]] = []
+    for m in _BOX_RE.finditer(content):
+        skip.append((m.start(), m.end()))
+        close = pairs.get(m.end() - 1)
+        if close is not None:
+            skip.append((close, close + 1))
+    skip.sort()
+    out, pos = [], 0
+    for a, b in skip:
+        if a >= pos:
+            out.append(content[pos:a])
+        pos = max(pos, b)
+    out.append(content[pos:])
+    return "".join(out).strip()
 
 
 # Between adjacent boxes of one multi-part answer: spaces, commas, "and", "or", $ (and inline-math delimiters,
@@ -134,13 +162,7 @@ def _from_boxes(response: str) -> Extraction | None:
     boxes = find_boxes(response)
     if not boxes:
         return None
-    closed = [b for b in boxes if b.end >= 0]
-    # Top-level boxes only (a box inside another box is part of that answer).
-    top: list[Box] = []
-    for b in closed:
-        if top and b.start < top[-1].end:
-            continue
-        top.append(b)
+    top = top_level(boxes)
     last_closed_end = top[-1].end if top else -1
     if any(b.end < 0 and b.start > last_closed_end for b in boxes):
         # The output stops inside its (last) box: the answer was cut off, there is none.

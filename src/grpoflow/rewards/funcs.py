@@ -146,7 +146,8 @@ def format2(s: Sample) -> float:
     cut = text.rfind(_extract.THINK_CLOSE)
     if cut < 0:
         return 0.0
-    return 1.0 if any(b.end >= 0 and _extract.unwrap_boxes(b.content) for b in _extract.find_boxes(text[:cut])) else 0.0
+    # Top-level boxes suffice: a non-empty box inside another makes that one non-empty too.
+    return 1.0 if any(_extract.unwrap_boxes(b.content) for b in _extract.top_level(_extract.find_boxes(text[:cut]))) else 0.0
 
 
 # ---------------------------------------------------------------------------------------------------------------
