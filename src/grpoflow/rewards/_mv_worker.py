@@ -14,6 +14,7 @@ plain-expression extractor (which calls sympy's ``parse_expr``, an ``eval``) is 
 
 from __future__ import annotations
 
+import cmath
 import json
 import logging
 import os
@@ -98,6 +99,12 @@ def _numerically_different(g, p) -> bool:
     try:
         a, b = complex(g.evalf(30)), complex(p.evalf(30))
     except (TypeError, ValueError, ArithmeticError):
+        return False
+    if cmath.isinf(a) != cmath.isinf(b):
+        # One side beyond floating point ((10^{10})!, or infinity), the other not: different. Without this,
+        # sympy's verify would try to compute the huge value exactly and run into the deadline every time.
+        return True
+    if cmath.isinf(a) or cmath.isnan(a) or cmath.isnan(b):
         return False
     return abs(a - b) > 1e-12 * max(1.0, abs(a))
 
