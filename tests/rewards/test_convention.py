@@ -1,4 +1,4 @@
-"""ANSWER-CONVENTION.md, rule by rule, both outcomes each — plus the decisions taken where it is silent (D…).
+"""docs/answer-convention.md, rule by rule, both outcomes each — plus the decisions taken where it is silent (D…).
 
 Each row: (id, completion, ground truth, expected correct, expected extracted answer or None when no answer is
 found, expected source rule). ``ANY`` skips the extracted/source check where only the verdict matters.

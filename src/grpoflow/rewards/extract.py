@@ -1,4 +1,4 @@
-"""Which final answer a completion gives — sections 1 and 2 of ANSWER-CONVENTION.md.
+"""Which final answer a completion gives — sections 1 and 2 of docs/answer-convention.md.
 
 ``extract_answer(completion)`` returns an ``Extraction``: the answer text as read (``"72"``, ``"\\frac{3}{4}"``,
 ``"-3, 2"`` for a run of adjacent boxes), the rule that produced it (``boxed``, ``answer_tag``, ``hashes``,
@@ -600,7 +600,7 @@ def _from_phrase(response: str) -> Extraction | None:
 
 
 def extract_answer(completion: str) -> Extraction:
-    """The completion's final answer per ANSWER-CONVENTION.md §1–2 (first applicable rule wins)."""
+    """The completion's final answer per docs/answer-convention.md §1–2 (first applicable rule wins)."""
     response, why = response_part(completion)
     if response is None:
         return _none(why or "no response")

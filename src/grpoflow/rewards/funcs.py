@@ -80,7 +80,7 @@ def _tag(name: str) -> tuple[str, str]:
 
 @register("accuracy", uses_verdict=True)
 def accuracy(s: Sample) -> float:
-    """1.0 if the final answer is correct (ANSWER-CONVENTION.md), else 0.0."""
+    """1.0 if the final answer is correct (docs/answer-convention.md), else 0.0."""
     return 1.0 if s.verdict.correct else 0.0
 
 

@@ -1,4 +1,4 @@
-"""The answer verifier: ANSWER-CONVENTION.md, for training rewards and evaluation alike.
+"""The answer verifier: docs/answer-convention.md, for training rewards and evaluation alike.
 
 ``verify(completion, ground_truth) -> Verdict`` reads the final answer (``extract.extract_answer``) and decides
 whether it equals the ground truth (convention §3):
@@ -430,7 +430,7 @@ _VERDICT_CACHE_SIZE = 2048
 
 
 def verify(completion: str, ground_truth: str) -> Verdict:
-    """The completion's final answer and whether it is correct (ANSWER-CONVENTION.md). Never raises."""
+    """The completion's final answer and whether it is correct (docs/answer-convention.md). Never raises."""
     return _verify_cached(str(completion), str(ground_truth), None)
 
 
