@@ -559,6 +559,9 @@ def _read_tag_content(content: str) -> tuple[str | None, bool]:
     hashes = [m for m in _HASHES_RE.finditer(body) if _bare_value(m.group(1))]
     if hashes:
         return _bare_value(hashes[-1].group(1)), False
+    bare = _bare_math(body)
+    if bare is not None:
+        return bare, False
     phrase = _from_phrase(body)
     if phrase is not None and phrase.answer is not None:
         return phrase.answer, phrase.hedge
@@ -571,6 +574,23 @@ def _read_tag_content(content: str) -> tuple[str | None, bool]:
 _VALUE_START_RE = lre.compile(r"[-+$\\(.\d]|" + "|".join(MINUS_SIGNS))
 
 
+_LATEX_COMMAND_RE = lre.compile(r"\\[A-Za-z]+")
+_WORD3_RE = lre.compile(r"[A-Za-z]{3,}")
+
+
+def _bare_math(body: str) -> str | None:
+    """A tag's content when it is one LaTeX expression (``\\frac{3}{4}``, ``x^2+2x+1``, ``(-\\infty, 2)``): the
+    value itself, not a sentence to pick a number from. Equations and anything with words are left to rules c-e."""
+    text = body.strip()
+    if "\n" in text or len(text) > 200 or "=" in text:
+        return None
+    if len(text) > 1 and text.startswith("$") and text.endswith("$"):
+        text = text.strip("$").strip()
+    if not text or not ("\\" in text or "^" in text or text[0] in "([") or _WORD3_RE.search(_LATEX_COMMAND_RE.sub(" ", text)):
+        return None
+    return text
+
+
 def _bare_value(text: str) -> str | None:
     """The value of a ``#### X`` line, or None when X is words (a markdown heading such as "#### Step 2")."""
     text = text.strip()
@@ -581,6 +601,11 @@ def _bare_value(text: str) -> str | None:
 
 
 _CODE_SPAN_RE = lre.compile(r"\s*`([^`]+)`")
+_PHRASE_TUPLE_RE = lre.compile(r"[\s*]*\$?\s*([(\[][^()\[\]\n]*,[^()\[\]\n]*[)\]])\s*\$?[\s*]*[.!;]?\s*")
+_PHRASE_CHOICE_RE = lre.compile(
+    r"[\s*]*(\(?[A-E]\)?)[\s*]*[.!;:,]?\s*"  # "B", "(B).", "**C**"
+    r"|[\s*]*(\([A-E]\))\s+\$?\d[\d,.]*\s*[.!]?\s*"  # "(D) 23": the letter and its option's value
+)
 
 
 def _from_phrase(response: str) -> Extraction | None:
@@ -593,6 +618,11 @@ def _from_phrase(response: str) -> Extraction | None:
     code = _CODE_SPAN_RE.match(stmt)
     if code:  # "The answer is `print(72)`": a code span is read verbatim, the verifier rejects code
         return Extraction(code.group(1).strip(), "phrase")
+    # "The answer is (3, -2)." / "The answer is B." / "Answer: (D) 23": a tuple, interval or choice letter that
+    # is the whole statement — the number reader would take its first number or nothing.
+    whole = _PHRASE_TUPLE_RE.fullmatch(stmt) or _PHRASE_CHOICE_RE.fullmatch(stmt)
+    if whole:
+        return Extraction(next(g for g in whole.groups() if g), "phrase")
     value, hedge = read_statement(stmt, prefer="first")
     if value is None:
         return None

@@ -29,7 +29,7 @@ from typing import Sequence
 from grpoflow.rewards import _linear_re as lre
 from grpoflow.rewards import extract as _extract
 from grpoflow.rewards._sandbox import default_pool
-from grpoflow.rewards.numbers import Number, numbers_equal, parse_number, words_to_number
+from grpoflow.rewards.numbers import MINUS_SIGNS, Number, numbers_equal, parse_number, words_to_number
 
 __all__ = [
     "Verdict",
@@ -187,9 +187,61 @@ MAX_ANSWER_CHARS = 1000
 MAX_COMPLETION_CHARS = 1_000_000
 
 
+# Unicode math symbols models write inside boxes, as the LaTeX math-verify and the exact-number path read.
+_UNICODE_LATEX = {"∞": "\\infty ", "π": "\\pi ", "×": "\\times ", "·": "\\cdot ", "⋅": "\\cdot ", "÷": "\\div ",
+                  "≤": "\\le ", "≥": "\\ge ", "≠": "\\neq ", "±": "\\pm ", "∪": "\\cup ", "∩": "\\cap ",
+                  "²": "^{2}", "³": "^{3}", **{m: "-" for m in MINUS_SIGNS}}
+
+
+def unicode_math_to_latex(text: str) -> str:
+    """``√2`` → ``\\sqrt{2}``, ``2√3`` → ``2\\sqrt{3}``, ``√(x+1)`` → ``\\sqrt{x+1}``, ``−∞`` → ``-\\infty``,
+    ``3π`` → ``3\\pi``, ``×``/``·``/``≤``/``²``… → their LaTeX (one linear scan; ASCII text is returned as is).
+    A root applies to the number, letter, LaTeX command, ``{…}`` or ``(…)`` right after it."""
+    if text.isascii():
+        return text
+    out: list[str] = []
+    parens: list[bool] = []  # one entry per open "(": True when it opened a root's argument
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "(":
+            parens.append(False)
+            out.append(c)
+        elif c == ")" and parens:
+            out.append("}" if parens.pop() else ")")
+        elif c != "√":
+            out.append(_UNICODE_LATEX.get(c, c))
+        else:
+            j = i + 1
+            while j < n and text[j] == " ":
+                j += 1
+            if j < n and text[j] in "({":
+                if text[j] == "(":
+                    parens.append(True)
+                out.append("\\sqrt{")
+                i = j + 1
+                continue
+            k = j
+            if k < n and text[k] == "\\":
+                k += 1
+                while k < n and text[k].isalpha():
+                    k += 1
+            else:
+                while k < n and (text[k].isdecimal() or text[k] == "."):
+                    k += 1
+                if k == j and k < n and text[k].isalpha():
+                    k += 1
+            arg = text[j:k]
+            out.append("\\sqrt{" + _UNICODE_LATEX.get(arg, arg) + "}" if k > j else "\\sqrt")
+            i = k
+            continue
+        i += 1
+    return "".join(out)
+
+
 @functools.lru_cache(maxsize=65536)
 def _clean_gold(gold: str) -> str:
-    g = str(gold).strip()
+    g = unicode_math_to_latex(str(gold).strip())
     g = _extract.strip_end_tokens(g).strip()
     if g.startswith("$") and g.endswith("$") and len(g) > 1:
         g = g.strip("$").strip()
@@ -302,7 +354,8 @@ _EQUAL_CACHE_SIZE = 65536
 
 def answers_equal(answer: str, ground_truth: str) -> tuple[bool, str, str | None]:
     """(equal, method, reason-if-not-equal) for an extracted answer and a ground truth (convention §3)."""
-    key = (answer.strip(), _clean_gold(ground_truth))
+    answer = answer.strip()
+    key = (unicode_math_to_latex(answer) if len(answer) <= MAX_ANSWER_CHARS else answer, _clean_gold(ground_truth))
     with _equal_lock:
         hit = _equal_cache.get(key)
         if hit is not None:
