@@ -20,11 +20,13 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
+
+from cachetools import LRUCache
 
 from grpoflow.rewards import _linear_re as lre
 from grpoflow.rewards import extract as _extract
@@ -347,9 +349,10 @@ def _choice(text: str) -> str | None:
 # ---------------------------------------------------------------------------------------------------------------
 # Equality of an answer and a ground truth
 
-_equal_cache: OrderedDict[tuple[str, str], tuple[bool, str, str | None]] = OrderedDict()
-_equal_lock = threading.Lock()
+# Decided comparisons only (a timeout or error is tried again), so no decorator cache: cachetools' LRU under a lock.
 _EQUAL_CACHE_SIZE = 65536
+_equal_cache: LRUCache = LRUCache(maxsize=_EQUAL_CACHE_SIZE)  # (answer, truth) -> (equal, method, reason)
+_equal_lock = threading.Lock()
 
 
 def answers_equal(answer: str, ground_truth: str) -> tuple[bool, str, str | None]:
@@ -358,8 +361,6 @@ def answers_equal(answer: str, ground_truth: str) -> tuple[bool, str, str | None
     key = (unicode_math_to_latex(answer) if len(answer) <= MAX_ANSWER_CHARS else answer, _clean_gold(ground_truth))
     with _equal_lock:
         hit = _equal_cache.get(key)
-        if hit is not None:
-            _equal_cache.move_to_end(key)
     if hit is not None:
         _count("cache_hits")
         return hit
@@ -367,8 +368,6 @@ def answers_equal(answer: str, ground_truth: str) -> tuple[bool, str, str | None
     if not result[2] or not result[2].startswith(("timeout", "error")):  # only definitive results are cached
         with _equal_lock:
             _equal_cache[key] = result
-            if len(_equal_cache) > _EQUAL_CACHE_SIZE:
-                _equal_cache.popitem(last=False)
     return result
 
 
@@ -478,8 +477,8 @@ def _for_math_verify(answer: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # The public verifier
 
-_verdict_cache: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
 _VERDICT_CACHE_SIZE = 2048
+_verdict_cache: LRUCache = LRUCache(maxsize=_VERDICT_CACHE_SIZE)  # (completion, truth) -> Verdict, errors excluded
 
 
 def verify(completion: str, ground_truth: str) -> Verdict:
@@ -521,8 +520,6 @@ def _verify_cached(completion: str, ground_truth: str, ext: _extract.Extraction 
     key = (completion, ground_truth)
     with _equal_lock:
         hit = _verdict_cache.get(key)
-        if hit is not None:
-            _verdict_cache.move_to_end(key)
     if hit is not None:
         return hit
     try:
@@ -539,8 +536,6 @@ def _verify_cached(completion: str, ground_truth: str, ext: _extract.Extraction 
     if not verdict.error:
         with _equal_lock:
             _verdict_cache[key] = verdict
-            if len(_verdict_cache) > _VERDICT_CACHE_SIZE:
-                _verdict_cache.popitem(last=False)
     return verdict
 
 
