@@ -158,7 +158,7 @@ _TRUTH = st.one_of(st.integers(-10**6, 10**6).map(str), st.sampled_from(["\\frac
 def test_property_never_raises_and_is_consistent(completion, truth):
     start = time.monotonic()
     v = verify(completion, truth)
-    assert time.monotonic() - start < 12  # bounded: at worst one hard deadline (soft 5 s + 5 s)
+    assert time.monotonic() - start < 12  # one comparison (<= 3 s hard) and one ground-truth check (<= 7 s)
     assert isinstance(v.correct, bool) and isinstance(v.found, bool)
     assert v.found == (v.extracted is not None)
     if v.correct:
