@@ -43,7 +43,6 @@ _FINAL_STOP_RE = lre.compile(r"([\d}a-z%])\s*\.$")
 _THIN_SPACE_THOUSANDS_RE = lre.compile(r"\\,(\d{3})")
 _DIGIT_RE = lre.compile(r"\d")
 _BELOW_RE = lre.compile(r"\bbelow\s+(?:sea\s+level|zero|freezing)\b|\bunder\s+sea\s+level\b", lre.I)
-# "dollars" only as the last word (with what follows it: spaces, which the caller strips anyway).
 # "dollars" only as the last word (the spaces after it go too; the caller strips them anyway).
 _CURRENCY_RE = lre.compile(r"\\\$|\$|€|£|¥|₹|\\euro\b|\\pounds\b|\bUSD\b|\bdollars?\b\s*$", lre.I)
 

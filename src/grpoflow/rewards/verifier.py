@@ -100,6 +100,7 @@ def reset_caches() -> None:
         _bad_golds.clear()
         _checked_golds.clear()
     _clean_gold.cache_clear()
+    _gold.cache_clear()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -396,7 +397,40 @@ def _answers_equal(answer: str, gold: str) -> tuple[bool, str, str | None]:
     return (True, "math_verify", None) if outcome.equal else (False, "math_verify", "wrong answer")
 
 
+_PLAIN_DECIMAL_RE = lre.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")  # "72", "-1,680.5"
 _UPPER_TEXT_CMD_RE = lre.compile(r"^\\TEXT\s*\{(.*)\}$")  # \text{1011} after .upper()
+
+
+@dataclass(frozen=True)
+class _Gold:
+    """What the local decisions need to know about a (cleaned) ground truth, worked out once per distinct value."""
+
+    hedge: bool  # the ground truth itself offers alternatives ("1 or 2")
+    choice: str | None  # its multiple-choice letter
+    base: tuple[str, str] | None  # (digits, base) of a number written in a base
+    items: tuple[str, ...] | None  # the items of an unbracketed list
+    item_numbers: tuple[Number | None, ...] | None
+    number: Number | None
+    key: str  # _latex_key
+    pathological: bool
+
+
+@functools.lru_cache(maxsize=65536)
+def _gold(gold: str) -> _Gold:
+    number = _number(gold)
+    m = _GOLD_CHOICE_RE.match(gold)
+    b = _BASE_RE.match(gold)
+    items = _split_list(gold)
+    return _Gold(
+        hedge=bool(_HEDGE_WORD_RE.search(gold)),
+        choice=m.group(1) if m else None,
+        base=(b.group(1).upper(), b.group(2)) if b and not number else None,
+        items=tuple(items) if items else None,
+        item_numbers=tuple(_number(x) for x in items) if items else None,
+        number=number,
+        key=_latex_key(gold),
+        pathological=bool(_PATHOLOGICAL_RE.search(gold)),
+    )
 
 
 def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None], str | None] | None:
@@ -405,49 +439,51 @@ def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None
         return (False, "shape", "error: empty ground truth"), None
     if len(answer) > MAX_ANSWER_CHARS:
         return (False, "shape", f"answer longer than {MAX_ANSWER_CHARS} characters"), "guarded"
-    if _extract.looks_like_code(answer):
-        return (False, "shape", "code is not an answer"), None
-    if not _HEDGE_WORD_RE.search(gold) and _HEDGE_WORD_RE.search(answer):
-        return (False, "shape", "hedge (the answer offers alternatives)"), None
-    # Multiple choice: the letter in any wrapper.
-    m = _GOLD_CHOICE_RE.match(gold)
-    if m:
-        letter = _choice(answer)
-        if letter is not None:
-            return ((True, "choice", None) if letter == m.group(1) else (False, "choice", "wrong choice")), None
+    g = _gold(gold)
+    # A plain decimal ("72", "1,680.5") is never code, a hedge, a choice letter or a list: skip those checks.
+    plain = _PLAIN_DECIMAL_RE.fullmatch(answer) is not None
+    if not plain:
+        if _extract.looks_like_code(answer):
+            return (False, "shape", "code is not an answer"), None
+        if not g.hedge and _HEDGE_WORD_RE.search(answer):
+            return (False, "shape", "hedge (the answer offers alternatives)"), None
+        # Multiple choice: the letter in any wrapper.
+        if g.choice is not None:
+            letter = _choice(answer)
+            if letter is not None:
+                return ((True, "choice", None) if letter == g.choice else (False, "choice", "wrong choice")), None
     # A number written in a base: the digits as written ("1011" for 1011_2), not its decimal value.
-    m = _BASE_RE.match(gold)
-    if m and not _number(gold):
-        digits, base = m.group(1).upper(), m.group(2)
+    if g.base is not None:
+        digits, base = g.base
         mm = _BASE_RE.match(answer)
         pred = mm.group(1).upper() if mm and mm.group(2) == base else answer.strip().strip("$").upper()
         pred = _UPPER_TEXT_CMD_RE.sub(r"\1", pred).strip()
         return ((True, "base", None) if pred.lstrip("0") == digits.lstrip("0") else (False, "base", "wrong answer")), None
     # Lists ("all solutions") against single values and lists of plain numbers: settled without sympy.
-    a_items, g_items = _split_list(answer), _split_list(gold)
-    if a_items and not g_items and _number(gold) is not None:
+    a_items, g_items = (None if plain else _split_list(answer)), g.items
+    if a_items and not g_items and g.number is not None:
         if len(set(a_items)) == 1:
             a_items = None  # "5 and 5" states one value twice
         else:
             return (False, "list", "hedge (several answers for one value)"), None
-    if g_items and not a_items and _number(answer) is not None and all(_number(x) for x in g_items):
+    an = _number(answer) if not a_items else None
+    if g_items and not a_items and an is not None and all(g.item_numbers):  # type: ignore[arg-type]
         return (False, "list", "wrong answer (one value for a list)"), "fast_path"
     if a_items and g_items:
-        a_nums, g_nums = [_number(x) for x in a_items], [_number(x) for x in g_items]
-        if all(a_nums) and all(g_nums):
+        a_nums, g_nums = [_number(x) for x in a_items], g.item_numbers
+        if all(a_nums) and all(g_nums):  # type: ignore[arg-type]
             same = sorted(n.value for n in a_nums) == sorted(n.value for n in g_nums)  # type: ignore[union-attr]
             return ((True, "list", None) if same else (False, "list", "wrong answer")), "fast_path"
     # Plain numbers: exact, no sympy.
-    gn = _number(gold)
-    an = _number(answer) if not a_items else None
+    gn = g.number
     if gn is not None and an is not None:
         return ((True, "number", None) if numbers_equal(an, gn) else (False, "number", "wrong answer")), "fast_path"
     if gn is not None and an is None and _plainly_not_a_number(answer):
         return (False, "number", "wrong answer (not a number)"), "fast_path"
     # The same LaTeX up to spacing and delimiters is the same answer.
-    if _latex_key(answer) == _latex_key(gold):
+    if _latex_key(answer) == g.key:
         return (True, "string", None), "fast_path"
-    if _PATHOLOGICAL_RE.search(answer) and not _PATHOLOGICAL_RE.search(gold):
+    if not g.pathological and _PATHOLOGICAL_RE.search(answer):
         return (False, "shape", "too expensive to evaluate (huge power, factorial or number): not correct"), "guarded"
     return None
 
