@@ -22,6 +22,13 @@ often each agrees with the convention's label, and every disagreement between th
 Each of ``--repeats`` runs is a fresh process (no cache of either scorer, sympy's included, carries over);
 grpoflow's math-verify workers are started before timing (a one-off cost, printed, not timed); the best time
 of each scorer is reported.
+
+Hostile batches (issue 13): the same completions scored by ``grpoflow.rewards.verify`` from ``--threads``
+threads, as verl's reward workers call it (``adversarial.run_like_verl``), once clean and once with
+``--hostile`` (10 %) of them replaced by pathological ones — the same reasoning, then a final answer that is a
+huge exponent, a tower, a factorial, deep nesting, thousands of digits or a long letter run after a number —
+reporting completions per second for both, their ratio and the slowest call. The worker pool's size and budget
+are the ``GRPOFLOW_VERIFY_WORKERS``/``GRPOFLOW_VERIFY_TIMEOUT`` settings of the environment.
 """
 
 from __future__ import annotations
@@ -260,6 +267,35 @@ def warm_up() -> float:
     return time.perf_counter() - start
 
 
+def hostile_items(items: list[Item], rate: float, seed: int) -> list[Item]:
+    """``items`` with ``rate`` of them (chosen with ``seed``) ending in a pathological final answer instead."""
+    from grpoflow.rewards import adversarial
+
+    rng = random.Random(seed + 1)
+    answers = adversarial.PATHOLOGICAL_ANSWERS + [
+        adversarial.hostile("letter_run_after_number", 2000), adversarial.hostile("letter_run_in_box", 5000),
+        adversarial.hostile("nested_frac", 500), adversarial.hostile("nested_boxes", 2000),
+        adversarial.hostile("digits", 3000), "((99^{99})^{99})^{99}", "(10^{10})!", "2^{2^{2^{2^{2}}}}",
+    ]
+    out = list(items)
+    for i in rng.sample(range(len(items)), int(len(items) * rate)):
+        it = items[i]
+        head = it.completion.rsplit("</think>", 1)[0] + "</think>\n\n" if "</think>" in it.completion else ""
+        form = rng.choice(adversarial.ANSWER_FORMS[:12])
+        out[i] = Item(it.style, "hostile", head + form.replace("@", rng.choice(answers)), it.truth, False, it.group)
+    return out
+
+
+def threaded_rate(items: list[Item], threads: int) -> dict:
+    """``verify`` over the items from ``threads`` threads (fresh caches): completions/s and the slowest call."""
+    from grpoflow.rewards import adversarial, reset_caches
+
+    reset_caches()
+    report = adversarial.run_like_verl([(it.completion, it.truth) for it in items], threads=threads, deadline_s=600)
+    return {"rate": report.n / report.seconds, "slowest": report.slowest_s, "errors": report.errors,
+            "seconds": report.seconds}
+
+
 def one_run(args) -> dict:
     """Both scorers on the same completions, in this (fresh) process: neither has seen them before."""
     from grpoflow.rewards import stats
@@ -273,6 +309,9 @@ def one_run(args) -> dict:
         out["time_mv"][style] = sum(times)
         out["ours"][style], out["time_ours"][style] = run_grpoflow(subset)
     out["stats"] = stats()
+    if args.hostile > 0:
+        out["clean"] = threaded_rate(items, args.threads)
+        out["hostile"] = threaded_rate(hostile_items(items, args.hostile, args.seed), args.threads)
     return out
 
 
@@ -283,6 +322,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--show", type=int, default=3, help="examples printed per kind of disagreement")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs, each in a fresh process; best kept")
+    ap.add_argument("--hostile", type=float, default=0.1, help="fraction of pathological completions in the "
+                    "hostile-batch case (0: skip it)")
+    ap.add_argument("--threads", type=int, default=8, help="reward threads in the hostile-batch case")
     ap.add_argument("--one-run", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one_run:  # the child process of one timed run
@@ -296,7 +338,8 @@ def main(argv=None) -> int:
     runs = []
     for rep in range(args.repeats):
         # A fresh process per run: no cache of either scorer (sympy's included) survives from an earlier run.
-        cmd = [sys.executable, __file__, "--one-run", "--n", str(args.n), "--group", str(args.group), "--seed", str(args.seed)]
+        cmd = [sys.executable, __file__, "--one-run", "--n", str(args.n), "--group", str(args.group), "--seed", str(args.seed),
+               "--hostile", str(args.hostile), "--threads", str(args.threads)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         print(f"run {rep + 1}: {runs[-1]['startup']:.2f}s to start {runs[-1]['workers']} grpoflow math-verify "
@@ -318,6 +361,15 @@ def main(argv=None) -> int:
         print(f"{style:8} {n:5d} {1000 * ours_time[style] / n:18.3f} {1000 * mv_time[style] / n:21.3f} "
               f"{mv_time[style] / ours_time[style]:8.1f}x {ok_ours:11d}/{n:<5d} {ok_mv:14d}/{n:<5d}")
     print(f"verifier counters (one run): {runs[-1]['stats']}")
+    if args.hostile > 0:
+        clean = max(runs, key=lambda r: r["clean"]["rate"])["clean"]
+        hostile = max(runs, key=lambda r: r["hostile"]["rate"])["hostile"]
+        print(f"\nhostile batches: verify() from {args.threads} threads, {runs[-1]['workers']} math-verify workers "
+              f"(best of {args.repeats} runs)")
+        print(f"  clean:                  {clean['rate']:8.1f} completions/s, slowest call {clean['slowest']:.2f}s")
+        print(f"  {args.hostile:.0%} pathological:       {hostile['rate']:8.1f} completions/s, slowest call "
+              f"{hostile['slowest']:.2f}s, {hostile['errors']} undecided (timeouts/errors)")
+        print(f"  hostile / clean:        {hostile['rate'] / clean['rate']:8.2f}")
 
     print("\nDisagreements between grpoflow and plain math-verify (label = the answer convention's verdict):")
     by_kind: dict[tuple, list] = defaultdict(list)

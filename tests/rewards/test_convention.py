@@ -1,4 +1,4 @@
-"""ANSWER-CONVENTION.md, rule by rule, both outcomes each — plus the decisions taken where it is silent (D…).
+"""docs/answer-convention.md, rule by rule, both outcomes each — plus the decisions taken where it is silent (D…).
 
 Each row: (id, completion, ground truth, expected correct, expected extracted answer or None when no answer is
 found, expected source rule). ``ANY`` skips the extracted/source check where only the verdict matters.
@@ -38,6 +38,18 @@ CASES = [
     ("1.4 im_end, wrong value", "So the total is 71.<|im_end|>", "72", False, "71", "conclusion"),
     # ---- §2a the last \boxed{...} ----------------------------------------------------------------------------
     ("2a last box", f"First {B}{{3}}.\nThen {B}{{4}}.", "4", True, "4", "boxed"),
+    # Unicode math inside a box (issue 12)
+    ("2a unicode root", f"{B}{{√2}}", "\\sqrt{2}", True, "√2", "boxed"),
+    ("2a unicode root (wrong)", f"{B}{{√3}}", "\\sqrt{2}", False, "√3", "boxed"),
+    ("2a unicode root with factor", f"{B}{{2√3}}", "\\sqrt{12}", True, "2√3", "boxed"),
+    ("2a unicode root of a group", f"{B}{{√(x+1)}}", "\\sqrt{x+1}", True, "√(x+1)", "boxed"),
+    ("2a unicode infinity", f"{B}{{∞}}", "\\infty", True, "∞", "boxed"),
+    ("2a unicode minus infinity", f"{B}{{−∞}}", "-\\infty", True, "−∞", "boxed"),
+    ("2a unicode minus infinity (wrong)", f"{B}{{∞}}", "-\\infty", False, "∞", "boxed"),
+    ("2a unicode interval", f"{B}{{(−∞, 2)}}", "(-\\infty, 2)", True, "(−∞, 2)", "boxed"),
+    ("2a unicode interval (wrong end)", f"{B}{{(−∞, 2]}}", "(-\\infty, 2)", False, "(−∞, 2]", "boxed"),
+    ("2a unicode pi", f"{B}{{3π}}", "3\\pi", True, "3π", "boxed"),
+    ("2a unicode times", f"{B}{{2×10^3}}", "2000", True, "2×10^3", "boxed"),
     ("2a last box (first is not it)", f"First {B}{{3}}.\nThen {B}{{4}}.", "3", False, "4", "boxed"),
     ("2a fbox", "\\fbox{72}", "72", True, "72", "boxed"),
     ("2a boxed with a space", "\\boxed {72}", "72", True, "72", "boxed"),
@@ -73,6 +85,16 @@ CASES = [
     ("2b tag with hashes inside", "<answer>so\n#### 72</answer>", "72", True, "72", "answer_tag"),
     ("2b tag with latex", "<answer>$\\frac{3}{4}$</answer>", "0.75", True, "\\frac{3}{4}", "answer_tag"),
     ("2b tag with reasoning outside", "<reasoning>48/2=24</reasoning>\n<answer>72</answer>", "72", True, "72", "answer_tag"),
+    # bare LaTeX in the tag is the value itself, not a sentence to pick a number from (issue 12)
+    ("2b bare latex fraction", "<answer>\\frac{3}{4}</answer>", "\\frac{3}{4}", True, "\\frac{3}{4}", "answer_tag"),
+    ("2b bare latex fraction (wrong)", "<answer>\\frac{3}{4}</answer>", "3", False, "\\frac{3}{4}", "answer_tag"),
+    ("2b bare latex radical", "<answer>2\\sqrt{2}</answer>", "\\sqrt{8}", True, "2\\sqrt{2}", "answer_tag"),
+    ("2b bare latex pi", "<answer>\\frac{\\pi}{3}</answer>", "\\frac{\\pi}{3}", True, "\\frac{\\pi}{3}", "answer_tag"),
+    ("2b bare polynomial", "<answer>x^2+2x+1</answer>", "(x+1)^2", True, "x^2+2x+1", "answer_tag"),
+    ("2b bare polynomial (wrong)", "<answer>x^2+2x+1</answer>", "2", False, "x^2+2x+1", "answer_tag"),
+    ("2b bare interval", "<answer>(-\\infty, 2)</answer>", "(-\\infty, 2)", True, "(-\\infty, 2)", "answer_tag"),
+    ("2b bare interval (wrong end)", "<answer>(-\\infty, 2]</answer>", "(-\\infty, 2)", False, "(-\\infty, 2]", "answer_tag"),
+    ("2b bare hedge", "<answer>72 or 73</answer>", "72", False, ANY, "answer_tag"),
     # ---- §2c the last #### X line ----------------------------------------------------------------------------
     ("2c hashes", "48/2 = 24\n48 + 24 = 72\n#### 72", "72", True, "72", "hashes"),
     ("2c hashes (wrong)", "48/2 = 24\n48 + 24 = 72\n#### 71", "72", False, "71", "hashes"),
@@ -94,6 +116,19 @@ CASES = [
     ("2d last phrase wins (wrong)", "The answer is 5. Hmm, no: the answer is 6.", "5", False, "6", "phrase"),
     ("2d phrase outranks the conclusion", "The answer is 6. In total 7 steps.", "6", True, "6", "phrase"),
     ("2d restatement after the answer", "The answer is 72 muffins, which is 6 dozen.", "72", True, "72", "phrase"),
+    # tuples and lettered choices after an answer phrase, without a box (issue 12)
+    ("2d tuple", "The answer is (3, -2).", "(3, -2)", True, "(3, -2)", "phrase"),
+    ("2d tuple order matters", "The answer is (-2, 3).", "(3, -2)", False, "(-2, 3)", "phrase"),
+    ("2d tuple of three", "So the final answer is (1, 2, 3)", "(1,2,3)", True, "(1, 2, 3)", "phrase"),
+    ("2d interval", "The answer is [1, 3).", "[1, 3)", True, "[1, 3)", "phrase"),
+    ("2d interval (wrong end)", "The answer is [1, 3].", "[1, 3)", False, "[1, 3]", "phrase"),
+    ("2d choice letter", "The answer is B.", "B", True, "B", "phrase"),
+    ("2d choice letter (wrong)", "The answer is C.", "B", False, "C", "phrase"),
+    ("2d choice in parentheses", "The correct answer is (B).", "\\text{(B)}", True, "(B)", "phrase"),
+    ("2d choice with its value", "Answer: (D) 23", "D", True, "(D)", "phrase"),
+    ("2d choice in bold", "The final answer is **C**", "C", True, ANY, "phrase"),
+    ("2d choices hedged", "The answer is (B) or (C).", "B", False, ANY, ANY),
+    ("2d a word is not a choice", "The answer is A lot of apples: 5.", "A", False, ANY, ANY),
     # ---- §2e the result of the concluding sentence of a complete response ------------------------------------
     ("2e bold result", "So the total is **72** muffins.", "72", True, "72", "conclusion"),
     ("2e bold result (wrong)", "So the total is **72** muffins.", "73", False, "72", "conclusion"),

@@ -20,6 +20,7 @@ from grpoflow.rewards.registry import REGISTRY, Param, RewardSpec, check_reward_
 from grpoflow.rewards.verifier import (
     Verdict,
     answers_equal,
+    bad_ground_truths,
     format_ok,
     is_correct,
     reset_caches,
@@ -42,6 +43,7 @@ __all__ = [
     "extract_boxed_answer",
     "Extraction",
     "stats",
+    "bad_ground_truths",
     "reset_stats",
     "reset_caches",
     "REGISTRY",

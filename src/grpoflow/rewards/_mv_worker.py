@@ -1,7 +1,8 @@
 """The math-verify worker process: ``python -m grpoflow.rewards._mv_worker``.
 
-Reads one JSON request per line on stdin (``{"gold": ..., "pred": ..., "soft": seconds}``), writes one JSON
-reply per line on stdout (``{"equal": bool}`` or ``{"error": "..."}``). It runs in its own process so that the
+Reads one JSON request per line on stdin (``{"gold": ..., "pred": ..., "soft": seconds}``, or
+``{"check": gold, "soft": seconds}`` to parse a ground truth alone), writes one JSON reply per line on stdout
+(``{"equal": bool}``, ``{"ok": true}``, ``{"timeout": true}`` or ``{"error": "..."}``). It runs in its own process so that the
 parent can bound it from any thread: the parent kills it at a hard deadline (sympy can spend minutes inside C
 big-integer arithmetic, where no signal lands). Inside, this process's main thread runs math-verify with its
 own signal timeouts switched off and one SIGALRM of our own as a soft deadline, so ordinary slow cases end
@@ -13,6 +14,7 @@ plain-expression extractor (which calls sympy's ``parse_expr``, an ``eval``) is 
 
 from __future__ import annotations
 
+import cmath
 import json
 import logging
 import os
@@ -98,7 +100,27 @@ def _numerically_different(g, p) -> bool:
         a, b = complex(g.evalf(30)), complex(p.evalf(30))
     except (TypeError, ValueError, ArithmeticError):
         return False
+    if cmath.isinf(a) != cmath.isinf(b):
+        # One side beyond floating point ((10^{10})!, or infinity), the other not: different. Without this,
+        # sympy's verify would try to compute the huge value exactly and run into the deadline every time.
+        return True
+    if cmath.isinf(a) or cmath.isnan(a) or cmath.isnan(b):
+        return False
     return abs(a - b) > 1e-12 * max(1.0, abs(a))
+
+
+def check_gold(gold: str) -> None:
+    """Raise when math-verify cannot read ``gold`` (then no answer can ever equal it); evaluate it numerically when
+    it is a constant, so that a ground truth too expensive to evaluate (``9^{9^{9^9}}``) runs into the deadline
+    here, once, instead of in every comparison against it."""
+    from sympy import Expr
+
+    parsed = _parse(gold)
+    if not parsed:
+        raise ValueError(f"math-verify cannot read the ground truth {gold[:80]!r}")
+    first = parsed[0]
+    if isinstance(first, Expr) and not first.free_symbols:
+        complex(first.evalf(30))
 
 
 def equal(gold: str, pred: str) -> bool:
@@ -163,12 +185,17 @@ def main() -> None:
 def _handle(line: str) -> dict:
     try:
         req = json.loads(line)
-        gold, pred, soft = str(req["gold"]), str(req["pred"]), float(req.get("soft", 0) or 0)
-    except (ValueError, KeyError, TypeError):
+        soft = float(req.get("soft", 0) or 0)
+        check = str(req["check"]) if "check" in req else None
+        gold, pred = (None, None) if check is not None else (str(req["gold"]), str(req["pred"]))
+    except (ValueError, KeyError, TypeError, AttributeError):
         return {"error": "bad request"}
     try:
         if soft > 0:
             signal.setitimer(signal.ITIMER_REAL, soft)
+        if check is not None:
+            check_gold(check)
+            return {"ok": True}
         return {"equal": equal(gold, pred)}
     except _SoftTimeout:
         return {"timeout": True}

@@ -6,9 +6,16 @@ arithmetic. So LaTeX comparisons run in worker processes (``_mv_worker``): a sof
 ends ordinary slow cases, and a hard deadline here kills the worker when even that does not land. Any number of
 threads may call ``MathVerifyPool.compare`` at once; each takes an idle worker (starting one, up to ``size``).
 
+One request (a comparison, or a ground truth checked alone) costs at most ``queue_timeout`` waiting for an idle
+worker plus ``hard_timeout`` in it, however many threads are queued behind hostile inputs: a request that finds
+no idle worker in time is a timeout ("no idle math-verify worker"), counted like any other. A killed worker is
+replaced by a background thread, so no caller pays a worker's start-up after a kill (only the first calls of a
+process, when the pool starts lazily: ``start()`` avoids that too).
+
 Environment: ``GRPOFLOW_VERIFY_WORKERS`` (processes per pool, default min(4, CPUs)), ``GRPOFLOW_VERIFY_TIMEOUT``
-(soft deadline in seconds per comparison, default 5; the hard one is 5 s later), ``GRPOFLOW_VERIFY_MEMORY_MB``
-(address-space cap per worker, default 2048).
+(soft deadline in seconds per request, default 2; the hard one, where the worker is killed, is 1 s later),
+``GRPOFLOW_VERIFY_MEMORY_MB`` (address-space cap per worker, default 2048). The 2 s default is 10x the slowest
+comparison of the convention's hand-labelled cases measured in a fresh worker (0.2 s; docs/rewards.md).
 """
 
 from __future__ import annotations
@@ -118,13 +125,24 @@ class MathVerifyPool:
         size: int | None = None,
         soft_timeout: float | None = None,
         hard_timeout: float | None = None,
+        queue_timeout: float = 30.0,
+        check_timeout: float | None = None,
         startup_timeout: float = 120.0,
         recycle_after: int = 20_000,
     ):
         env_size = os.environ.get("GRPOFLOW_VERIFY_WORKERS")
         self.size = max(1, size or (int(env_size) if env_size else min(4, os.cpu_count() or 1)))
-        self.soft_timeout = soft_timeout if soft_timeout is not None else float(os.environ.get("GRPOFLOW_VERIFY_TIMEOUT", "5"))
-        self.hard_timeout = hard_timeout if hard_timeout is not None else self.soft_timeout + 5.0
+        self.soft_timeout = soft_timeout if soft_timeout is not None else float(os.environ.get("GRPOFLOW_VERIFY_TIMEOUT", "2"))
+        # The soft deadline is a SIGALRM inside Python code (lands within milliseconds); the hard one only has to
+        # catch sympy inside C big-integer arithmetic, so 1 s of grace is enough.
+        self.hard_timeout = hard_timeout if hard_timeout is not None else self.soft_timeout + 1.0
+        # Long enough for a replacement worker to start on a loaded node (2 workers took 6-12 s on the shared
+        # 2-CPU VM), short enough that no reward thread waits without end.
+        self.queue_timeout = queue_timeout
+        # A ground truth checked alone (once per distinct value, after a failed comparison) gets 3x the soft
+        # deadline: declaring it unevaluable decides every later comparison against it, so a merely slow moment
+        # of a loaded node must not be mistaken for a ground truth that cannot be evaluated.
+        self.check_timeout = check_timeout if check_timeout is not None else 3 * self.soft_timeout
         self.startup_timeout = startup_timeout
         self.recycle_after = recycle_after  # bounds the memory sympy's caches grow to in a long run
         self._cv = threading.Condition()
@@ -132,6 +150,7 @@ class MathVerifyPool:
         self._count = 0  # workers alive or starting
         self._pid = os.getpid()
         self._start_failures = 0
+        self._closed = False
 
     def _check_fork(self) -> None:
         # After a fork the inherited pipes belong to the parent's workers: forget them, start our own.
@@ -139,7 +158,9 @@ class MathVerifyPool:
             with self._cv:
                 self._idle, self._count, self._pid = [], 0, os.getpid()
 
-    def _acquire(self) -> _Worker:
+    def _acquire(self) -> _Worker | None:
+        """An idle worker (starting one when the pool is not full), or None when none frees up in time."""
+        deadline = time.monotonic() + self.queue_timeout
         with self._cv:
             while True:
                 if self._idle:
@@ -147,7 +168,10 @@ class MathVerifyPool:
                 if self._count < self.size:
                     self._count += 1
                     break
-                self._cv.wait()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._cv.wait(remaining)
         try:
             worker = _Worker(self.startup_timeout)
         except OSError as exc:
@@ -174,7 +198,35 @@ class MathVerifyPool:
                 self._idle.append(worker)
             self._cv.notify()
 
+    def _retire(self, worker: _Worker) -> None:
+        """Kill ``worker`` and start its replacement in the background (the caller returns at once)."""
+        worker.kill()
+        self._release(None)
+        threading.Thread(target=self._replace, name="grpoflow-verify-restart", daemon=True).start()
+
+    def _replace(self) -> None:
+        with self._cv:
+            if self._closed or self._count >= self.size or os.getpid() != self._pid:
+                return
+            self._count += 1
+        try:
+            worker = _Worker(self.startup_timeout)
+        except OSError:
+            self._release(None)  # the next caller starts one itself (and reports a persistent failure)
+            return
+        self._release(worker)
+
     def compare(self, gold: str, pred: str) -> Outcome:
+        """Is ``pred`` equal to ``gold`` (math-verify)? ``Outcome.status`` ok | timeout | error."""
+        return self._call({"gold": gold, "pred": pred})
+
+    def check_gold(self, gold: str) -> Outcome:
+        """Can math-verify read ``gold`` within the deadline? status ok, or timeout | error with the reason."""
+        return self._call({"check": gold}, self.check_timeout)
+
+    def _call(self, request: dict, soft_timeout: float | None = None) -> Outcome:
+        soft = self.soft_timeout if soft_timeout is None else soft_timeout
+        hard = soft + (self.hard_timeout - self.soft_timeout)
         self._check_fork()
         for attempt in range(3):
             try:
@@ -183,29 +235,28 @@ class MathVerifyPool:
                 if attempt == 2:
                     return Outcome(False, "error", str(exc))
                 continue
+            if worker is None:
+                return Outcome(False, "timeout", f"no idle math-verify worker within {self.queue_timeout:g}s")
             try:
-                reply = worker.request({"gold": gold, "pred": pred, "soft": self.soft_timeout}, self.hard_timeout)
+                reply = worker.request({**request, "soft": soft}, hard)
             except _Deadline:
-                worker.kill()
-                self._release(None)
-                return Outcome(False, "timeout", f"killed after {self.hard_timeout:g}s")
+                self._retire(worker)
+                return Outcome(False, "timeout", f"killed after {hard:g}s")
             except _Died:
-                worker.kill()
-                self._release(None)
+                self._retire(worker)
                 return Outcome(False, "error", "math-verify worker died (killed by the memory cap or a crash)")
             except BaseException:
                 worker.kill()
                 self._release(None)
                 raise
             if worker.calls >= self.recycle_after:
-                worker.kill()
-                self._release(None)
+                self._retire(worker)
             else:
                 self._release(worker)
-            if "equal" in reply:
-                return Outcome(bool(reply["equal"]), "ok")
+            if "equal" in reply or reply.get("ok"):
+                return Outcome(bool(reply.get("equal")), "ok")
             if reply.get("timeout"):
-                return Outcome(False, "timeout", f"exceeded {self.soft_timeout:g}s")
+                return Outcome(False, "timeout", f"exceeded {soft:g}s")
             return Outcome(False, "error", str(reply.get("error", reply)))
         return Outcome(False, "error", "no math-verify worker")
 
@@ -235,6 +286,7 @@ class MathVerifyPool:
 
     def close(self) -> None:
         with self._cv:
+            self._closed = True
             idle, self._idle = self._idle, []
             self._count -= len(idle)
         for w in idle:

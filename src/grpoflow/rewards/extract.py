@@ -1,4 +1,4 @@
-"""Which final answer a completion gives — sections 1 and 2 of ANSWER-CONVENTION.md.
+"""Which final answer a completion gives — sections 1 and 2 of docs/answer-convention.md.
 
 ``extract_answer(completion)`` returns an ``Extraction``: the answer text as read (``"72"``, ``"\\frac{3}{4}"``,
 ``"-3, 2"`` for a run of adjacent boxes), the rule that produced it (``boxed``, ``answer_tag``, ``hashes``,
@@ -10,12 +10,12 @@ milliseconds.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
+from grpoflow.rewards import _linear_re as lre
 from grpoflow.rewards.numbers import MINUS_SIGNS, NUMBER_WORDS, words_to_number
 
-__all__ = ["Extraction", "extract_answer", "extract_boxed_answer", "response_part", "find_boxes", "END_TOKENS",
+__all__ = ["Extraction", "extract_answer", "extract_boxed_answer", "response_part", "find_boxes", "top_level", "END_TOKENS",
            "looks_like_code"]
 
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
@@ -65,7 +65,7 @@ def response_part(completion: str) -> tuple[str | None, str | None]:
 # 2a. Boxes
 
 
-_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BOX_RE = lre.compile(r"\\(?:boxed|fbox)\s*\{")
 
 
 def match_braces(text: str) -> dict[int, int]:
@@ -90,7 +90,25 @@ def match_braces(text: str) -> dict[int, int]:
 class Box:
     start: int  # index of the backslash
     end: int  # index just past the closing brace (== -1 when unclosed)
-    content: str
+    text: str = field(repr=False, compare=False)  # the text the box was found in
+
+    @property
+    def content(self) -> str:
+        """Between the braces ("" when unclosed). Sliced on demand: slicing every box of a deeply nested text
+        up front would copy the text once per box (quadratic)."""
+        if self.end < 0:
+            return ""
+        return self.text[self.text.index("{", self.start) + 1:self.end - 1]
+
+
+def top_level(boxes: list[Box]) -> list[Box]:
+    """The closed boxes not inside another box (a box inside a box is part of that answer)."""
+    top: list[Box] = []
+    for b in boxes:
+        if b.end < 0 or (top and b.start < top[-1].end):
+            continue
+        top.append(b)
+    return top
 
 
 def find_boxes(text: str) -> list[Box]:
@@ -103,29 +121,39 @@ def find_boxes(text: str) -> list[Box]:
         brace = m.end() - 1
         close = pairs.get(brace)
         if close is None:
-            boxes.append(Box(m.start(), -1, ""))
+            boxes.append(Box(m.start(), -1, text))
         else:
-            boxes.append(Box(m.start(), close + 1, text[brace + 1:close]))
+            boxes.append(Box(m.start(), close + 1, text))
     return boxes
 
 
 def unwrap_boxes(content: str) -> str:
-    """``\\boxed{\\boxed{x}}`` means ``x``; box commands inside an answer are dropped, their contents kept."""
-    for _ in range(50):  # nesting depth is tiny in practice; the bound keeps a crafted input linear
-        m = _BOX_RE.search(content)
-        if not m:
-            break
-        close = match_braces(content).get(m.end() - 1)
-        if close is None:
-            content = content[: m.start()] + content[m.end():]
-        else:
-            content = content[: m.start()] + content[m.end():close] + content[close + 1:]
-    return content.strip()
+    """``\\boxed{\\boxed{x}}`` means ``x``; box commands inside an answer are dropped, their contents kept.
+
+    One pass (one brace matching, then every box command and its closing brace skipped): removing them one at a
+    time re-scanned the content per box, quadratic in a deeply nested answer."""
+    if "box" not in content:
+        return content.strip()
+    pairs = match_braces(content)
+    skip: list[tuple[int, int]] = []
+    for m in _BOX_RE.finditer(content):
+        skip.append((m.start(), m.end()))
+        close = pairs.get(m.end() - 1)
+        if close is not None:
+            skip.append((close, close + 1))
+    skip.sort()
+    out, pos = [], 0
+    for a, b in skip:
+        if a >= pos:
+            out.append(content[pos:a])
+        pos = max(pos, b)
+    out.append(content[pos:])
+    return "".join(out).strip()
 
 
 # Between adjacent boxes of one multi-part answer: spaces, commas, "and", "or", $ (and inline-math delimiters,
 # \text{ and }, \quad) — never a newline or a sentence end.
-_BOX_GAP_RE = re.compile(
+_BOX_GAP_RE = lre.compile(
     r"(?:[ \t,$]|\\[()]|\band\b|\bor\b|\\text\s*\{\s*(?:and|or|,)?\s*\}|\\q?quad\b|\\[,;: ])*"
 )
 
@@ -134,13 +162,7 @@ def _from_boxes(response: str) -> Extraction | None:
     boxes = find_boxes(response)
     if not boxes:
         return None
-    closed = [b for b in boxes if b.end >= 0]
-    # Top-level boxes only (a box inside another box is part of that answer).
-    top: list[Box] = []
-    for b in closed:
-        if top and b.start < top[-1].end:
-            continue
-        top.append(b)
+    top = top_level(boxes)
     last_closed_end = top[-1].end if top else -1
     if any(b.end < 0 and b.start > last_closed_end for b in boxes):
         # The output stops inside its (last) box: the answer was cut off, there is none.
@@ -170,43 +192,43 @@ def extract_boxed_answer(text: str) -> str | None:
 # Reading a statement: "Tom earns $1,680 in 4 weeks." → 1,680 ; "12 × 35 × 4 = 1680" → 1680
 
 
-_MATH_SPAN_RE = re.compile(
+_MATH_SPAN_RE = lre.compile(
     r"\$\$(?P<dd>.+?)\$\$"
     r"|\\\[(?P<br>.+?)\\\]"
     r"|\\\((?P<pa>.+?)\\\)"
-    # Inline $...$ as pandoc reads it: no space after the opening $, none before the closing one, and the
-    # closing $ not followed by a digit — so "$5 and $10" is currency, "$x = 5$" is math.
-    r"|(?<![\\$])\$(?P<dl>[^\s$](?:[^$\n]*?[^\s\\$])?)\$(?!\d)",
-    re.S,
+    # Inline $...$ as pandoc reads it: no space after the opening $, none before the closing one, the opening $
+    # not escaped, and the closing $ not followed by a digit — so "$5 and $10" is currency, "$x = 5$" is math.
+    r"|\$(?P<dl>[^\s$](?:[^$\n]*?[^\s\\$])?)\$",  # + not after \ or $, not before a digit: _math_spans
+    lre.S,
 )
-_BOLD_RE = re.compile(r"\*\*(?P<b>[^*\n]{1,80}?)\*\*|__(?P<u>[^_\n]{1,80}?)__")
+_BOLD_RE = lre.compile(r"\*\*(?P<b>[^*\n]{1,80}?)\*\*|__(?P<u>[^_\n]{1,80}?)__")
 _NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+"
 _OP = r"[-+*/×÷xX·⋅]|\\times|\\cdot|\\div"
 # A plain-text arithmetic chain ending in "= result": "48+24 = 72", "12 × 35 × 4 = 1680", "$3 * 4 = $12".
-_CHAIN_RE = re.compile(
+_CHAIN_RE = lre.compile(
     rf"(?:\$?(?:{_NUM})\s*(?:{_OP})\s*)+\$?(?:{_NUM})\s*(?:=\s*\$?(?:{_NUM})\s*(?:(?:{_OP})\s*\$?(?:{_NUM})\s*)*)*=\s*(?P<res>-?\$?(?:{_NUM})%?)"
 )
-_NUMBER_RE = re.compile(rf"(?P<neg>-\s?)?(?P<cur>\\?\$\s?)?(?P<n>(?:{_NUM})(?:\s?/\s?(?:{_NUM}))?)(?P<pct>\s?(?:\\?%|percent\b))?")
-_WORDNUM_RE = re.compile(
+_NUMBER_RE = lre.compile(rf"(?P<neg>-\s?)?(?P<cur>\\?\$\s?)?(?P<n>(?:{_NUM})(?:\s?/\s?(?:{_NUM}))?)(?P<pct>\s?(?:\\?%|percent\b))?")
+_WORDNUM_RE = lre.compile(
     r"\b(?:(?:minus|negative)\s+)?(?:" + "|".join(sorted(NUMBER_WORDS, key=len, reverse=True)) + r")"
     r"(?:[\s-]+(?:and\s+)?(?:" + "|".join(sorted(NUMBER_WORDS, key=len, reverse=True)) + r"))*\b",
-    re.I,
+    lre.I,
 )
 # Words after which a number is context, not the result ("in 4 weeks", "after 3 days", "per 2 hours").
 _CONTEXT_WORDS = {"in", "after", "per", "within", "over", "every", "each", "for", "from", "by", "at", "on",
                   "step", "steps", "day", "week", "month", "year", "part", "page", "of",
                   "not", "than", "except", "without"}  # "5, not 6": a rejected value is not the result
 # A clause that restates the result in other units or words ("72 muffins, which is 6 dozen").
-_RESTATE_RE = re.compile(
+_RESTATE_RE = lre.compile(
     r",\s*(?:which|i\.e\.|that\s+is|that's|or\s+about|or\s+approximately|equivalent|also|so\s+about)\b"
     r"|\s\((?:i\.e\.|which|or|about|approximately|that\s+is|=)"
     r"|\s(?:—|–|--)\s"
     r"|;\s",
-    re.I,
+    lre.I,
 )
-_HEDGE_RE = re.compile(
+_HEDGE_RE = lre.compile(
     r"^\s*(?:,\s*)?(?:or|and/or)\s+(?:maybe\s+|perhaps\s+|possibly\s+|probably\s+)?(?:\\?\$\s?)?-?\s?(?:\d|\\frac)",
-    re.I,
+    lre.I,
 )
 
 
@@ -219,6 +241,24 @@ class _Cand:
     context: bool = False
 
 
+def _math_spans(text: str):
+    """The math spans of ``_MATH_SPAN_RE``, with the inline ``$`` conditions RE2 cannot express (look-arounds)
+    checked here: an inline span that fails them is skipped and the search resumes one character later, as a
+    backtracking engine would."""
+    pos = 0
+    while True:
+        m = _MATH_SPAN_RE.search(text, pos)
+        if m is None:
+            return
+        if m.group("dl") is not None and (
+            (m.start() > 0 and text[m.start() - 1] in "\\$") or (m.end() < len(text) and text[m.end()].isdecimal())
+        ):
+            pos = m.start() + 1
+            continue
+        yield m
+        pos = m.end() if m.end() > m.start() else m.start() + 1
+
+
 def _mask(text: str, spans: list[tuple[int, int]]) -> str:
     """Blank out already-claimed spans so later patterns do not read inside them (keeps indices)."""
     chars = list(text)
@@ -228,23 +268,43 @@ def _mask(text: str, spans: list[tuple[int, int]]) -> str:
     return "".join(chars)
 
 
+_LAST_WORD_RE = lre.compile(r"([A-Za-z=]+)[^A-Za-z0-9=]*$")
+_DIGIT_RE = lre.compile(r"\d")
+
+
 def _preceding_word(text: str, start: int) -> str:
-    m = re.search(r"([A-Za-z=]+)[^A-Za-z0-9=]*$", text[max(0, start - 40):start])
+    m = _LAST_WORD_RE.search(text[max(0, start - 40):start])
     return m.group(1).lower() if m else ""
+
+
+_NUMBER_RHS_RE = lre.compile(rf"-?\\?\$?\s?(?:{_NUM})(?:\s*\\?%)?(?:\s*\\text\{{[^{{}}]*\}})?")
+_VARIABLE_RE = lre.compile(r"[A-Za-z](?:_\{?\w+\}?)?")
+
+
+def _split_equals(text: str) -> list[str]:
+    """``text`` split at each ``=`` that is an equals sign, not part of ``<=``, ``>=``, ``!=``, ``\\=`` or
+    ``==`` (a single linear scan)."""
+    parts, start = [], 0
+    for i, ch in enumerate(text):
+        if ch == "=" and (i == 0 or text[i - 1] not in "<>!\\") and text[i + 1:i + 2] != "=":
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
 
 
 def _math_value(latex: str) -> str:
     """A math span's result: the right-hand side of a chain whose last side is a number, else the whole span."""
     inner = latex.strip()
-    parts = re.split(r"(?<![<>!\\])=(?!=)", inner)
+    parts = _split_equals(inner)
     if len(parts) > 1:
         rhs = parts[-1].strip()
-        if re.fullmatch(rf"-?\\?\$?\s?(?:{_NUM})(?:\s*\\?%)?(?:\s*\\text\{{[^{{}}]*\}})?", rhs) or (
+        if _NUMBER_RHS_RE.fullmatch(rhs) or (
             # "x = 5": keep the assignment (the comparison understands it); chains of arithmetic → the result
             len(parts) > 2 and rhs
         ):
             lhs = parts[0].strip()
-            if not re.fullmatch(r"[A-Za-z](?:_\{?\w+\}?)?", lhs):
+            if not _VARIABLE_RE.fullmatch(lhs):
                 return rhs
     return inner
 
@@ -254,11 +314,11 @@ def _candidates(stmt: str) -> list[_Cand]:
     claimed: list[tuple[int, int]] = []
     for m in _BOLD_RE.finditer(stmt):
         inner = m.group("b") or m.group("u") or ""
-        if re.search(r"\d", inner) or _WORDNUM_RE.search(inner):
+        if _DIGIT_RE.search(inner) or _WORDNUM_RE.search(inner):
             cands.append(_Cand(m.start(), m.end(), inner, "bold"))
             claimed.append((m.start(), m.end()))
     masked = _mask(stmt, claimed)
-    for m in _MATH_SPAN_RE.finditer(masked):
+    for m in _math_spans(masked):
         inner = next(g for g in (m.group("dd"), m.group("br"), m.group("pa"), m.group("dl")) if g is not None)
         if inner.strip():
             cands.append(_Cand(m.start(), m.end(), inner, "math"))
@@ -278,7 +338,7 @@ def _candidates(stmt: str) -> list[_Cand]:
         masked = _mask(stmt, claimed)
         for m in _WORDNUM_RE.finditer(masked):
             value = words_to_number(m.group(0))
-            if value is not None and not re.fullmatch(r"(?i)one|a", m.group(0).strip()):
+            if value is not None and m.group(0).strip().lower() not in ("one", "a"):
                 cands.append(_Cand(m.start(), m.end(), str(value), "words"))
     for c in cands:
         c.context = _preceding_word(stmt, c.start) in _CONTEXT_WORDS
@@ -286,9 +346,12 @@ def _candidates(stmt: str) -> list[_Cand]:
     return cands
 
 
+_BELOW_AFTER_RE = lre.compile(r"\s*(?:[A-Za-z]+\s+){0,2}below\s+(?:sea\s+level|zero|freezing)\b", lre.I)
+
+
 def _apply_sign_words(stmt: str, c: _Cand) -> str:
     after = stmt[c.end:c.end + 60]
-    if re.match(r"\s*(?:[A-Za-z]+\s+){0,2}below\s+(?:sea\s+level|zero|freezing)\b", after, re.I):
+    if _BELOW_AFTER_RE.match(after):
         if not c.text.startswith("-"):
             return "-" + c.text
     return c.text
@@ -309,6 +372,9 @@ def _bounded(stmt: str, prefer: str) -> str:
     tail = stmt[-MAX_STATEMENT_CHARS:]
     cut = tail.find(" ")
     return tail[cut + 1:] if cut >= 0 else tail
+
+
+_PLAIN_NUMBER_CHARS_RE = lre.compile(r"[-$\\\d.,%\s]+")
 
 
 def read_statement(stmt: str, prefer: str) -> tuple[str | None, bool]:
@@ -335,7 +401,7 @@ def read_statement(stmt: str, prefer: str) -> tuple[str | None, bool]:
         chosen = strong[0] if prefer == "first" else strong[-1]
         if chosen.kind == "math":
             value = _math_value(chosen.text)
-        elif chosen.kind == "bold" and not re.fullmatch(r"[-$\\\d.,%\s]+", chosen.text):
+        elif chosen.kind == "bold" and not _PLAIN_NUMBER_CHARS_RE.fullmatch(chosen.text):
             value = read_statement(chosen.text, prefer)[0] or chosen.text.strip()  # "**72 muffins**"
         elif chosen.kind == "bold":
             value = chosen.text.strip()
@@ -350,8 +416,9 @@ def read_statement(stmt: str, prefer: str) -> tuple[str | None, bool]:
 # 2b–e. Answer tags, "####", answer phrases, the concluding sentence
 
 
-_HASHES_RE = re.compile(r"(?m)^[ \t]*####(?!#)[ \t]*(\S[^\n]*?)[ \t]*$")
-_PHRASE_RE = re.compile(
+# "#### X" (X as group 1, possibly with leading spaces: readers strip it); "#####" is not a GSM8K answer line.
+_HASHES_RE = lre.compile(r"(?m)^[ \t]*####([ \t]+\S[^\n]*?|[^#\s][^\n]*?)[ \t]*$")
+_PHRASE_RE = lre.compile(
     r"(?:"
     r"\b(?:the\s+)?final\s+answer\s*(?:is|would\s+be|will\s+be)?\s*:?"
     r"|\bthe\s+(?:correct\s+)?answer\s+(?:to\s+[^.\n:]{1,60}?\s+)?(?:is|would\s+be|will\s+be)\s*:?"
@@ -360,17 +427,20 @@ _PHRASE_RE = re.compile(
     r"|^[ \t]*#{1,6}[ \t]*(?:final\s+)?answer\b[ \t]*:?"
     r"|答案(?:是|为|：|:)"
     r")",
-    re.I | re.M,
+    lre.I | lre.M,
 )
-_FENCE_RE = re.compile(r"```.*?(?:```|\Z)", re.S)
-_SENTENCE_END_RE = re.compile(r"(?<!\d)[.!?。](?=\s|$)|(?<=\d)[.!?。](?=\s+[A-Z*]|\s*$)|\n\s*\n|\n(?=\s*[-*#]|\s*\d+[.)]\s)")
-_CLOSER_RE = re.compile(r"(?i)^\W*(?:i\s+hope\s+(?:this|that|it)|hope\s+(?:this|that)|let\s+me\s+know|good\s+luck|"
+_FENCE_RE = lre.compile(r"```.*?(?:```|\Z)", lre.S)
+# Sentence ends: a full stop (after a digit only before a capital, "*" or the end: "3.5" and "1. item" are not),
+# a blank line, or a line break before a list item. The conditions on the neighbours are checked in
+# _sentence_ends (RE2 has no look-arounds).
+_SENTENCE_END_RE = lre.compile(r"(?P<stop>[.!?。])|\n\s*\n|(?P<nl>\n)")
+_CLOSER_RE = lre.compile(r"(?i)^\W*(?:i\s+hope\s+(?:this|that|it)|hope\s+(?:this|that)|let\s+me\s+know|good\s+luck|"
                         r"have\s+a\s+(?:nice|great|good)|happy\s+to\s+help|feel\s+free)")
-_DANGLING_RE = re.compile(
+_DANGLING_RE = lre.compile(
     r"(?:[-+*/=^×÷(\[{,:\\]|\\frac|\b(?:the|a|an|of|to|is|are|was|were|and|or|but|so|then|with|for|by|from|in|on|"
     r"at|as|that|which|we|i|it|this|be|each|per|than|into|has|have|get|gets|equals|plus|minus|times|divided|"
     r"multiplied|if|because|therefore|thus|hence|since|total|let's|let|compute|calculate))\s*$",
-    re.I,
+    lre.I,
 )
 
 
@@ -402,9 +472,43 @@ def _truncated(response: str) -> bool:
     return para.count("{") > para.count("}")
 
 
+def _sentence_ends(text: str):
+    n = len(text)
+    for m in _SENTENCE_END_RE.finditer(text):
+        end = m.end()
+        if m.group("stop") is not None:
+            j = end
+            while j < n and text[j].isspace():
+                j += 1
+            if m.start() > 0 and text[m.start() - 1].isdecimal():
+                ok = j == n or (j > end and (text[j] == "*" or "A" <= text[j] <= "Z"))
+            else:
+                ok = j == n or j > end
+            if not ok:
+                continue
+        elif m.group("nl") is not None and not _list_item_at(text, end):
+            continue
+        yield m
+
+
+def _list_item_at(text: str, i: int) -> bool:
+    """A list item starts at ``text[i:]`` after spaces: ``-``, ``*``, ``#`` or ``12.``/``12)`` and a space.
+    (A scan rather than ``match(text, pos)``: on non-ASCII text each positioned RE2 call converts offsets from
+    the start, which a loop over the lines would make quadratic.)"""
+    n = len(text)
+    while i < n and text[i].isspace():
+        i += 1
+    if i < n and text[i] in "-*#":
+        return True
+    k = i
+    while k < n and text[k].isdecimal():
+        k += 1
+    return i < k < n - 1 and text[k] in ".)" and text[k + 1].isspace()
+
+
 def _sentences(text: str) -> list[str]:
     out, last = [], 0
-    for m in _SENTENCE_END_RE.finditer(text):
+    for m in _sentence_ends(text):
         out.append(text[last:m.end()])
         last = m.end()
     out.append(text[last:])
@@ -423,7 +527,7 @@ def _from_conclusion(response: str) -> Extraction:
     if fence is not None and not text[fence.end():].strip():
         return _none("the response ends in a code block (code is not an answer)")
     sentences = _sentences(_FENCE_RE.sub(" ", text))
-    while sentences and _CLOSER_RE.match(sentences[-1].strip()) and not re.search(r"\d", sentences[-1]):
+    while sentences and _CLOSER_RE.match(sentences[-1].strip()) and not _DIGIT_RE.search(sentences[-1]):
         sentences.pop()  # "I hope this helps!" closes, it does not conclude
     if not sentences:
         return _none("no concluding statement")
@@ -455,6 +559,9 @@ def _read_tag_content(content: str) -> tuple[str | None, bool]:
     hashes = [m for m in _HASHES_RE.finditer(body) if _bare_value(m.group(1))]
     if hashes:
         return _bare_value(hashes[-1].group(1)), False
+    bare = _bare_math(body)
+    if bare is not None:
+        return bare, False
     phrase = _from_phrase(body)
     if phrase is not None and phrase.answer is not None:
         return phrase.answer, phrase.hedge
@@ -464,13 +571,41 @@ def _read_tag_content(content: str) -> tuple[str | None, bool]:
     return value, hedge
 
 
+_VALUE_START_RE = lre.compile(r"[-+$\\(.\d]|" + "|".join(MINUS_SIGNS))
+
+
+_LATEX_COMMAND_RE = lre.compile(r"\\[A-Za-z]+")
+_WORD3_RE = lre.compile(r"[A-Za-z]{3,}")
+
+
+def _bare_math(body: str) -> str | None:
+    """A tag's content when it is one LaTeX expression (``\\frac{3}{4}``, ``x^2+2x+1``, ``(-\\infty, 2)``): the
+    value itself, not a sentence to pick a number from. Equations and anything with words are left to rules c-e."""
+    text = body.strip()
+    if "\n" in text or len(text) > 200 or "=" in text:
+        return None
+    if len(text) > 1 and text.startswith("$") and text.endswith("$"):
+        text = text.strip("$").strip()
+    if not text or not ("\\" in text or "^" in text or text[0] in "([") or _WORD3_RE.search(_LATEX_COMMAND_RE.sub(" ", text)):
+        return None
+    return text
+
+
 def _bare_value(text: str) -> str | None:
     """The value of a ``#### X`` line, or None when X is words (a markdown heading such as "#### Step 2")."""
     text = text.strip()
-    if not re.match(r"[-+$\\(.\d]|" + "|".join(MINUS_SIGNS), text):
+    if not _VALUE_START_RE.match(text):
         return None
     value, _ = read_statement(text, prefer="first")
     return value
+
+
+_CODE_SPAN_RE = lre.compile(r"\s*`([^`]+)`")
+_PHRASE_TUPLE_RE = lre.compile(r"[\s*]*\$?\s*([(\[][^()\[\]\n]*,[^()\[\]\n]*[)\]])\s*\$?[\s*]*[.!;]?\s*")
+_PHRASE_CHOICE_RE = lre.compile(
+    r"[\s*]*(\(?[A-E]\)?)[\s*]*[.!;:,]?\s*"  # "B", "(B).", "**C**"
+    r"|[\s*]*(\([A-E]\))\s+\$?\d[\d,.]*\s*[.!]?\s*"  # "(D) 23": the letter and its option's value
+)
 
 
 def _from_phrase(response: str) -> Extraction | None:
@@ -480,9 +615,14 @@ def _from_phrase(response: str) -> Extraction | None:
     if found is None:
         return None
     stmt = _statement_after(response, found.end())
-    code = re.match(r"\s*`([^`]+)`", stmt)
+    code = _CODE_SPAN_RE.match(stmt)
     if code:  # "The answer is `print(72)`": a code span is read verbatim, the verifier rejects code
         return Extraction(code.group(1).strip(), "phrase")
+    # "The answer is (3, -2)." / "The answer is B." / "Answer: (D) 23": a tuple, interval or choice letter that
+    # is the whole statement — the number reader would take its first number or nothing.
+    whole = _PHRASE_TUPLE_RE.fullmatch(stmt) or _PHRASE_CHOICE_RE.fullmatch(stmt)
+    if whole:
+        return Extraction(next(g for g in whole.groups() if g), "phrase")
     value, hedge = read_statement(stmt, prefer="first")
     if value is None:
         return None
@@ -490,7 +630,7 @@ def _from_phrase(response: str) -> Extraction | None:
 
 
 def extract_answer(completion: str) -> Extraction:
-    """The completion's final answer per ANSWER-CONVENTION.md §1–2 (first applicable rule wins)."""
+    """The completion's final answer per docs/answer-convention.md §1–2 (first applicable rule wins)."""
     response, why = response_part(completion)
     if response is None:
         return _none(why or "no response")
@@ -517,12 +657,12 @@ def extract_answer(completion: str) -> Extraction:
 # ---------------------------------------------------------------------------------------------------------------
 # Code is not an answer (convention §3)
 
-_CODE_RE = re.compile(
-    r"(?<![\\\w])(?:print|eval|exec|open|__import__|import|lambda|len|sum|range|sorted|int|float|str|list|dict|"
+_CODE_RE = lre.compile(
+    r"(?:^|[^\\\w])(?:print|eval|exec|open|__import__|import|lambda|len|sum|range|sorted|int|float|str|list|dict|"
     r"set|tuple|abs|round|max|min|pow|map|filter|input|compile|getattr|globals|locals)\s*\("
     r"|\bimport\s+\w|\blambda\b[^:]*:|\bdef\s+\w+\s*\(|\breturn\b|__\w+__"
-    r"|(?<![\\\w])[A-Za-z_]\w*\.[A-Za-z_]\w*\s*\("  # attribute call: math.sqrt(2), os.system(...)
-    r"|\w\s*\*\*\s*\w|(?<![:/])//"  # Python power and floor division
+    r"|(?:^|[^\\\w])[A-Za-z_]\w*\.[A-Za-z_]\w*\s*\("  # attribute call: math.sqrt(2), os.system(...)
+    r"|\w\s*\*\*\s*\w|(?:^|[^:/])//"  # Python power and floor division
     r"|\bfor\s+\w+\s+in\b|\bif\s+.+\belse\b|```"
 )
 

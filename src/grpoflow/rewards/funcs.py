@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 
+from grpoflow.rewards import _linear_re as lre
 from grpoflow.rewards import extract as _extract
 from grpoflow.rewards.numbers import parse_number
 from grpoflow.rewards.registry import BOOLEAN, TAG, Param, cross_check, integer, nullable, number, register
@@ -81,7 +80,7 @@ def _tag(name: str) -> tuple[str, str]:
 
 @register("accuracy", uses_verdict=True)
 def accuracy(s: Sample) -> float:
-    """1.0 if the final answer is correct (ANSWER-CONVENTION.md), else 0.0."""
+    """1.0 if the final answer is correct (docs/answer-convention.md), else 0.0."""
     return 1.0 if s.verdict.correct else 0.0
 
 
@@ -100,11 +99,23 @@ def binary(s: Sample, correct: float, wrong: float, no_answer: float) -> float:
 # Format (open-r1 / TRL recipe, Kaggle recipe)
 
 
-@lru_cache(maxsize=64)
-def _strict_format_re(think: str, answer: str) -> re.Pattern:
+def strict_format_ok(text: str, think: str, answer: str) -> bool:
+    """``text`` is ``<think>C1</think><answer>C2</answer>`` with whitespace around and between the blocks only,
+    no ``<think>`` inside C1 and no ``<answer>`` inside C2 (open-r1's format regex, decided by string scans in
+    linear time: its tempered ``(?:(?!<think>).)*?`` backtracks, and RE2 has no look-ahead).
+
+    Why the scans decide it: C2 cannot contain ``<answer>``, so the answer block opens at the last ``<answer>``;
+    only whitespace may precede it after ``</think>``, which fixes C1."""
     (to, tc), (ao, ac) = _tag(think), _tag(answer)
-    t, a = re.escape(to), re.escape(ao)
-    return re.compile(rf"^\s*{t}(?:(?!{t}).)*?{re.escape(tc)}\s*{a}(?:(?!{a}).)*?{re.escape(ac)}\s*$", re.S)
+    s = text.strip()
+    if not (s.startswith(to) and s.endswith(ac)) or len(s) < len(to) + len(ac):
+        return False
+    middle = s[len(to):len(s) - len(ac)]
+    k = middle.rfind(ao)
+    if k < 0:
+        return False
+    before = middle[:k].rstrip()
+    return before.endswith(tc) and to not in before[:len(before) - len(tc)]
 
 
 @register("format", params={
@@ -114,7 +125,7 @@ def _strict_format_re(think: str, answer: str) -> re.Pattern:
 def format_(s: Sample, reasoning_tag: str, answer_tag: str) -> float:
     """1.0 if the completion is exactly ``<think>…</think><answer>…</answer>`` (whitespace between and around
     the blocks allowed, nothing else), else 0.0."""
-    return 1.0 if _strict_format_re(reasoning_tag, answer_tag).match(s.text) else 0.0
+    return 1.0 if strict_format_ok(s.text, reasoning_tag, answer_tag) else 0.0
 
 
 @register("tag_count", params={
@@ -135,7 +146,8 @@ def format2(s: Sample) -> float:
     cut = text.rfind(_extract.THINK_CLOSE)
     if cut < 0:
         return 0.0
-    return 1.0 if any(b.end >= 0 and _extract.unwrap_boxes(b.content) for b in _extract.find_boxes(text[:cut])) else 0.0
+    # Top-level boxes suffice: a non-empty box inside another makes that one non-empty too.
+    return 1.0 if any(_extract.unwrap_boxes(b.content) for b in _extract.top_level(_extract.find_boxes(text[:cut]))) else 0.0
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -245,15 +257,24 @@ _TPU_TAGS = {
 }
 
 
-@lru_cache(maxsize=64)
-def _tpu_format_re(reasoning: str, answer: str) -> re.Pattern:
-    (ro, rc), (ao, ac) = _tag(reasoning), _tag(answer)
-    return re.compile(rf"^\s*{re.escape(ro)}.+?{re.escape(rc)}.*?{re.escape(ao)}(.+?){re.escape(ac)}\s*$", re.S)
-
-
-def tag_format_match(text: str, reasoning_tag: str = "reasoning", answer_tag: str = "answer") -> re.Match | None:
-    """The TPU recipe's ``match_format``: reasoning block, then the answer block, then nothing."""
-    return _tpu_format_re(reasoning_tag, answer_tag).search(text)
+def tag_format_match(text: str, reasoning_tag: str = "reasoning", answer_tag: str = "answer") -> str | None:
+    """The TPU recipe's ``match_format`` (``^\\s*<reasoning>.+?</reasoning>.*?<answer>(.+?)</answer>\\s*$``,
+    DOTALL): the answer block's content when the text is a non-empty reasoning block, then anything, then a
+    non-empty answer block and nothing else; else None. Decided by string scans in linear time (the regex's three
+    lazy quantifiers backtrack polynomially): the earliest ``</reasoning>`` and the earliest ``<answer>`` after
+    it are the regex's lazy choices, and the answer block ends at the final ``</answer>``."""
+    (ro, rc), (ao, ac) = _tag(reasoning_tag), _tag(answer_tag)
+    start = len(text) - len(text.lstrip())
+    end = len(text.rstrip()) - len(ac)
+    if not text.startswith(ro, start) or end < start or not text.startswith(ac, end):
+        return None
+    close = text.find(rc, start + len(ro) + 1)  # .+? : at least one character of reasoning
+    if close < 0:
+        return None
+    open_answer = text.find(ao, close + len(rc))
+    if open_answer < 0 or open_answer + len(ao) >= end:  # (.+?) : at least one character of answer
+        return None
+    return text[open_answer + len(ao):end]
 
 
 def tag_format_text(completion: str, reasoning_tag: str) -> str:
@@ -269,7 +290,8 @@ def tag_format_text(completion: str, reasoning_tag: str) -> str:
 @register("match_format_exactly", params=dict(_TPU_TAGS))
 def match_format_exactly(s: Sample, reasoning_tag: str, answer_tag: str) -> float:
     """+3.0 when the response is exactly ``<reasoning>…</reasoning>…<answer>…</answer>``, else 0."""
-    return 3.0 if tag_format_match(tag_format_text(s.completion, reasoning_tag), reasoning_tag, answer_tag) else 0.0
+    matched = tag_format_match(tag_format_text(s.completion, reasoning_tag), reasoning_tag, answer_tag)
+    return 3.0 if matched is not None else 0.0
 
 
 @register("match_format_approximately", params=dict(_TPU_TAGS))
@@ -299,10 +321,10 @@ def check_answer(s: Sample, reasoning_tag: str, answer_tag: str) -> float:
     +3.0 identical to the ground truth, +1.5 identical up to surrounding whitespace, otherwise by the ratio
     answer/truth: +0.5 within ±10 %, +0.25 within ±20 %, −1.0 further off, −0.5 not a number; 0 when the
     format does not match. Numbers are read exactly (``$1,680`` is 1680)."""
-    m = tag_format_match(tag_format_text(s.completion, reasoning_tag), reasoning_tag, answer_tag)
-    if m is None:
+    guess = tag_format_match(tag_format_text(s.completion, reasoning_tag), reasoning_tag, answer_tag)
+    if guess is None:
         return 0.0
-    guess, truth = m.group(1), str(s.ground_truth)
+    truth = str(s.ground_truth)
     if guess == truth:
         return 3.0
     if guess.strip() == truth.strip():
@@ -310,7 +332,7 @@ def check_answer(s: Sample, reasoning_tag: str, answer_tag: str) -> float:
     return _ratio_score(guess, truth)
 
 
-_FIRST_NUMBER_RE = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|-?\.\d+")
+_FIRST_NUMBER_RE = lre.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|-?\.\d+")
 
 
 @register("check_numbers", params=dict(_TPU_TAGS))

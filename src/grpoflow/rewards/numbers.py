@@ -10,10 +10,11 @@ plainly a number returns ``None`` and goes to the LaTeX path (math-verify in a s
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
+
+from grpoflow.rewards import _linear_re as lre
 
 __all__ = ["Number", "parse_number", "words_to_number", "numbers_equal", "MINUS_SIGNS"]
 
@@ -21,23 +22,29 @@ MINUS_SIGNS = "\u2212\u2012\u2013\ufe63\uff0d"  # − ‒ – ﹣ －: models an
 
 # A number written with optional thousands separators: 1,680 | 1680 | 1680.25 | .5
 _DEC = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+"
-_DEC_RE = re.compile(rf"[+-]?(?:{_DEC})")
+_DEC_RE = lre.compile(rf"[+-]?(?:{_DEC})")
 # One LaTeX fraction argument: {…} without nested braces, or a single character (\frac12, \dfrac94).
 _ARG = r"(?:\{\s*([^{}]*?)\s*\}|(\d))"
-_FRAC_RE = re.compile(rf"([+-]?)\\[dt]?frac\s*{_ARG}\s*{_ARG}")
-_MIXED_RE = re.compile(rf"([+-]?)(\d+)\s*\\[dt]?frac\s*{_ARG}\s*{_ARG}")
-_SLASH_RE = re.compile(rf"([+-]?)({_DEC})\s*/\s*({_DEC})")
+_FRAC_RE = lre.compile(rf"([+-]?)\\[dt]?frac\s*{_ARG}\s*{_ARG}")
+_MIXED_RE = lre.compile(rf"([+-]?)(\d+)\s*\\[dt]?frac\s*{_ARG}\s*{_ARG}")
+_SLASH_RE = lre.compile(rf"([+-]?)({_DEC})\s*/\s*({_DEC})")
 
 # Wrappers and spacing that never change a number's value.
-_SPACING_RE = re.compile(r"\\[,;:! ]|\\quad|\\qquad|~|\\left|\\right|\\displaystyle")
-_DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree\b|\\textdegree\b")
-_PERCENT_RE = re.compile(r"\s*(?:\\%|%|\\text\{\s*\\?%\s*\}|\s(?:percent|per\s?cent|pct)\b\.?)\s*$", re.I)
-_TEXT_CMD_RE = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname|textrm)\s*\{([^{}]*)\}")
+_SPACING_RE = lre.compile(r"\\[,;:! ]|\\quad|\\qquad|~|\\left|\\right|\\displaystyle")
+_DEGREE_RE = lre.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree\b|\\textdegree\b")
+_PERCENT_RE = lre.compile(r"\s*(?:\\%|%|\\text\{\s*\\?%\s*\}|\s(?:percent|per\s?cent|pct)\b\.?)\s*$", lre.I)
+_TEXT_CMD_RE = lre.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname|textrm)\s*\{([^{}]*)\}")
 # Unit words after a number: "muffins", "cm", "km/h", "square feet", "per hour", "hrs." (words of >= 2 letters,
 # so "5x" or "2i" are never read as a number with a unit).
-_UNIT_TAIL_RE = re.compile(r"(?:\s*(?:[A-Za-z][A-Za-z'’\-]+\.?|/\s*[A-Za-z]+)(?:\^\{?\d\}?|²|³)?)+\s*$")
-_BELOW_RE = re.compile(r"\bbelow\s+(?:sea\s+level|zero|freezing)\b|\bunder\s+sea\s+level\b", re.I)
-_CURRENCY_RE = re.compile(r"\\\$|\$|€|£|¥|₹|\\euro\b|\\pounds\b|\bUSD\b|\bdollars?\b(?=\s*$)", re.I)
+_UNIT_TAIL_RE = lre.compile(r"(?:\s*(?:[A-Za-z][A-Za-z'’\-]+\.?|/\s*[A-Za-z]+)(?:\^\{?\d\}?|²|³)?)+\s*$")
+# A full stop after the number ends a sentence ("72."): the character before it is kept.
+_FINAL_STOP_RE = lre.compile(r"([\d}a-z%])\s*\.$")
+# 1\,680: a thin space between thousands (only after a digit: checked by the caller, RE2 has no look-behind).
+_THIN_SPACE_THOUSANDS_RE = lre.compile(r"\\,(\d{3})")
+_DIGIT_RE = lre.compile(r"\d")
+_BELOW_RE = lre.compile(r"\bbelow\s+(?:sea\s+level|zero|freezing)\b|\bunder\s+sea\s+level\b", lre.I)
+# "dollars" only as the last word (the spaces after it go too; the caller strips them anyway).
+_CURRENCY_RE = lre.compile(r"\\\$|\$|€|£|¥|₹|\\euro\b|\\pounds\b|\bUSD\b|\bdollars?\b\s*$", lre.I)
 
 
 @dataclass(frozen=True)
@@ -103,10 +110,13 @@ def parse_number(text: str, max_len: int = 200) -> Number | None:
     s = s.strip("$ \t\n*_")
     if s.startswith("\\(") and s.endswith("\\)") or s.startswith("\\[") and s.endswith("\\]"):
         s = s[2:-2].strip()
+    if _DEC_RE.fullmatch(s):  # the common case, "72" or "1,680.5": nothing below would change it
+        value = _decimal(s)
+        return Number(value) if value is not None else None
     # A trailing full stop ends a sentence, it is not a decimal point.
-    s = re.sub(r"(?<=[\d}a-z%])\s*\.$", "", s)
+    s = _FINAL_STOP_RE.sub(r"\1", s)
     s = s.replace("{,}", ",").replace("\\!", "")
-    s = re.sub(r"(?<=\d)\\,(?=\d{3})", "", s)  # 1\,680
+    s = _THIN_SPACE_THOUSANDS_RE.sub(lambda m: m.group(1) if m.start() and s[m.start() - 1].isdecimal() else m.group(0), s)
     s = _SPACING_RE.sub(" ", s)
     s = _DEGREE_RE.sub("", s)
     negate = False
@@ -118,7 +128,7 @@ def parse_number(text: str, max_len: int = 200) -> Number | None:
     if m:
         s, percent = s[: m.start()], True
     # \text{...}: kept when it holds a number ("\text{5 dollars}"), dropped when it is only words (a unit).
-    s = _TEXT_CMD_RE.sub(lambda mm: f" {mm.group(1)} " if re.search(r"\d", mm.group(1)) else " ", s)
+    s = _TEXT_CMD_RE.sub(lambda mm: f" {mm.group(1)} " if _DIGIT_RE.search(mm.group(1)) else " ", s)
     s = _CURRENCY_RE.sub("", s).strip()
     if not s:
         return None
@@ -158,7 +168,7 @@ _UNITS = {w: i for i, w in enumerate(
     "seventeen eighteen nineteen".split())}
 _TENS = {w: 10 * (i + 2) for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split())}
 _SCALES = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}
-_WORD_RE = re.compile(r"[a-z]+", re.I)
+_WORD_RE = lre.compile(r"[a-z]+", lre.I)
 NUMBER_WORDS = frozenset(_UNITS) | frozenset(_TENS) | frozenset(_SCALES)
 
 

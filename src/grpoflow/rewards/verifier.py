@@ -1,4 +1,4 @@
-"""The answer verifier: ANSWER-CONVENTION.md, for training rewards and evaluation alike.
+"""The answer verifier: docs/answer-convention.md, for training rewards and evaluation alike.
 
 ``verify(completion, ground_truth) -> Verdict`` reads the final answer (``extract.extract_answer``) and decides
 whether it equals the ground truth (convention §3):
@@ -17,18 +17,21 @@ in ``stats()`` — a reward that stays at 0 because of a broken verifier shows u
 
 from __future__ import annotations
 
+import functools
 import logging
-import re
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
 
+from cachetools import LRUCache
+
+from grpoflow.rewards import _linear_re as lre
 from grpoflow.rewards import extract as _extract
 from grpoflow.rewards._sandbox import default_pool
-from grpoflow.rewards.numbers import Number, numbers_equal, parse_number, words_to_number
+from grpoflow.rewards.numbers import MINUS_SIGNS, Number, numbers_equal, parse_number, words_to_number
 
 __all__ = [
     "Verdict",
@@ -39,6 +42,7 @@ __all__ = [
     "within_tolerance",
     "format_ok",
     "stats",
+    "bad_ground_truths",
     "reset_stats",
     "reset_caches",
 ]
@@ -75,7 +79,8 @@ def _count(key: str, n: int = 1) -> None:
 
 def stats() -> dict[str, int]:
     """Counters since start (or ``reset_stats``): ``verified``, ``correct``, ``no_answer``, ``fast_path``,
-    ``math_verify``, ``timeouts``, ``errors``, ``guarded``, ``cache_hits`` and ``length_in_chars`` (rewards that
+    ``math_verify``, ``timeouts``, ``errors``, ``guarded``, ``cache_hits``, ``bad_ground_truths`` (distinct ground
+    truths math-verify cannot evaluate: ``bad_ground_truths()`` names them) and ``length_in_chars`` (rewards that
     had to measure length in characters because the trainer gave no token counts)."""
     with _stats_lock:
         return dict(_stats)
@@ -87,10 +92,59 @@ def reset_stats() -> None:
 
 
 def reset_caches() -> None:
-    """Forget cached verdicts and comparisons (benchmarks and tests; a run never needs to)."""
+    """Forget cached verdicts, comparisons and ground-truth checks (benchmarks and tests; a run never needs to)."""
     with _equal_lock:
         _equal_cache.clear()
         _verdict_cache.clear()
+    with _gold_lock:
+        _bad_golds.clear()
+        _checked_golds.clear()
+    _clean_gold.cache_clear()
+    _gold.cache_clear()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Ground truths math-verify cannot evaluate: recognised once per distinct value, then decided without a worker.
+# Otherwise every completion of such a problem would pay the full comparison deadline (issue 13).
+
+_bad_golds: dict[str, str] = {}  # cleaned ground truth -> why it cannot be evaluated
+_checked_golds: set[str] = set()  # ground truths already checked alone after a failed comparison
+_gold_lock = threading.Lock()
+
+
+def bad_ground_truths() -> dict[str, str]:
+    """Every ground truth found unevaluable since start (or ``reset_caches``) → the problem with it."""
+    with _gold_lock:
+        return dict(_bad_golds)
+
+
+def _bad_gold_problem(gold: str, outcome) -> str | None:
+    """Why ``gold`` itself cannot be evaluated, judging from a failed comparison against it (checking the ground
+    truth alone once, in a worker under the same deadline), or None when the answer was the problem."""
+    if outcome.status == "error" and "cannot read the ground truth" in outcome.detail:
+        return outcome.detail
+    with _gold_lock:
+        if gold in _checked_golds:
+            return None
+    check = default_pool().check_gold(gold)
+    if check.status == "timeout" and check.detail.startswith("no idle"):
+        return None  # the pool was busy: nothing learnt about this ground truth, check again next time
+    with _gold_lock:
+        if len(_checked_golds) >= _EQUAL_CACHE_SIZE:
+            _checked_golds.clear()
+        _checked_golds.add(gold)
+    return None if check.status == "ok" else f"{check.status}: {check.detail}"
+
+
+def _mark_bad_gold(gold: str, problem: str) -> None:
+    with _gold_lock:
+        new = gold not in _bad_golds
+        _bad_golds[gold] = problem
+    if new:
+        _count("bad_ground_truths")
+        log.warning("grpoflow.rewards: ground truth %r cannot be evaluated (%s): every answer to it is scored "
+                    "'not correct' with an error, without a comparison [see grpoflow.rewards.bad_ground_truths()]",
+                    gold[:120], problem)
 
 
 _warned = 0
@@ -113,17 +167,17 @@ def _report(kind: str, detail: str, gold: str, pred: str) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # Ground-truth and answer shapes
 
-_CHOICE_RE = re.compile(
+_CHOICE_RE = lre.compile(
     r"^\s*(?:\\text(?:bf|rm)?\s*\{\s*|\\mathrm\s*\{\s*|\\textbf\s*\{\s*)?\(?\s*([A-E])\s*\)?\s*\}?\s*(?:[.:)]|\\[ ,;]|\s|$)"
 )
-_GOLD_CHOICE_RE = re.compile(r"^\s*(?:\\text(?:bf|rm)?\s*\{\s*|\\mathrm\s*\{\s*)?\(?\s*([A-E])\s*\)?\s*\}?\s*$")
-_BASE_RE = re.compile(r"^\s*(?:\\text\s*\{)?([0-9A-Za-z]+)\}?\s*_\s*\{?\s*(\d{1,2})\s*\}?\s*$")
-_HEDGE_WORD_RE = re.compile(r"\\text\s*\{\s*or\s*\}|(?<![a-z])or(?![a-z])|\\lor\b|\\vee\b|\bmaybe\b|\beither\b", re.I)
-_LIST_SPLIT_RE = re.compile(r"\s*(?:,|;|\\text\s*\{\s*,?\s*and\s*\}|\band\b)\s*")
-_THOUSANDS_RE = re.compile(r"^\s*[-+]?\\?\$?\d{1,3}(?:,\d{3})+(?:\.\d+)?\s*$")
+_GOLD_CHOICE_RE = lre.compile(r"^\s*(?:\\text(?:bf|rm)?\s*\{\s*|\\mathrm\s*\{\s*)?\(?\s*([A-E])\s*\)?\s*\}?\s*$")
+_BASE_RE = lre.compile(r"^\s*(?:\\text\s*\{)?([0-9A-Za-z]+)\}?\s*_\s*\{?\s*(\d{1,2})\s*\}?\s*$")
+_HEDGE_WORD_RE = lre.compile(r"\\text\s*\{\s*or\s*\}|(?:^|[^a-z])or(?:[^a-z]|$)|\\lor\b|\\vee\b|\bmaybe\b|\beither\b", lre.I)
+_LIST_SPLIT_RE = lre.compile(r"\s*(?:,|;|\\text\s*\{\s*,?\s*and\s*\}|\band\b)\s*")
+_THOUSANDS_RE = lre.compile(r"^\s*[-+]?\\?\$?\d{1,3}(?:,\d{3})+(?:\.\d+)?\s*$")
 # Inputs that would make sympy compute for minutes or exhaust memory: towers of exponents, factorials of large
 # numbers, numbers with hundreds of digits. Checked on the answer only (a ground truth may legitimately be big).
-_PATHOLOGICAL_RE = re.compile(
+_PATHOLOGICAL_RE = lre.compile(
     r"\^\s*\{[^{}]*\^\s*\{[^{}]*\^"  # a^{b^{c^d}}
     r"|\^\s*\{?\s*\d{4,}"  # 2^{12345}
     r"|(?:\d{4,}|[})])\s*!"  # 100000!, (n)!
@@ -131,10 +185,66 @@ _PATHOLOGICAL_RE = re.compile(
     r"|\d{300,}"
 )
 MAX_ANSWER_CHARS = 1000
+# Reading a completion is linear in its length (RE2 and single scans); this cap turns "linear" into a bound on
+# one call's in-process work. 1,000,000 characters is ~250k tokens, beyond any configured response length.
+MAX_COMPLETION_CHARS = 1_000_000
 
 
+# Unicode math symbols models write inside boxes, as the LaTeX math-verify and the exact-number path read.
+_UNICODE_LATEX = {"∞": "\\infty ", "π": "\\pi ", "×": "\\times ", "·": "\\cdot ", "⋅": "\\cdot ", "÷": "\\div ",
+                  "≤": "\\le ", "≥": "\\ge ", "≠": "\\neq ", "±": "\\pm ", "∪": "\\cup ", "∩": "\\cap ",
+                  "²": "^{2}", "³": "^{3}", **{m: "-" for m in MINUS_SIGNS}}
+
+
+def unicode_math_to_latex(text: str) -> str:
+    """``√2`` → ``\\sqrt{2}``, ``2√3`` → ``2\\sqrt{3}``, ``√(x+1)`` → ``\\sqrt{x+1}``, ``−∞`` → ``-\\infty``,
+    ``3π`` → ``3\\pi``, ``×``/``·``/``≤``/``²``… → their LaTeX (one linear scan; ASCII text is returned as is).
+    A root applies to the number, letter, LaTeX command, ``{…}`` or ``(…)`` right after it."""
+    if text.isascii():
+        return text
+    out: list[str] = []
+    parens: list[bool] = []  # one entry per open "(": True when it opened a root's argument
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "(":
+            parens.append(False)
+            out.append(c)
+        elif c == ")" and parens:
+            out.append("}" if parens.pop() else ")")
+        elif c != "√":
+            out.append(_UNICODE_LATEX.get(c, c))
+        else:
+            j = i + 1
+            while j < n and text[j] == " ":
+                j += 1
+            if j < n and text[j] in "({":
+                if text[j] == "(":
+                    parens.append(True)
+                out.append("\\sqrt{")
+                i = j + 1
+                continue
+            k = j
+            if k < n and text[k] == "\\":
+                k += 1
+                while k < n and text[k].isalpha():
+                    k += 1
+            else:
+                while k < n and (text[k].isdecimal() or text[k] == "."):
+                    k += 1
+                if k == j and k < n and text[k].isalpha():
+                    k += 1
+            arg = text[j:k]
+            out.append("\\sqrt{" + _UNICODE_LATEX.get(arg, arg) + "}" if k > j else "\\sqrt")
+            i = k
+            continue
+        i += 1
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=65536)
 def _clean_gold(gold: str) -> str:
-    g = str(gold).strip()
+    g = unicode_math_to_latex(str(gold).strip())
     g = _extract.strip_end_tokens(g).strip()
     if g.startswith("$") and g.endswith("$") and len(g) > 1:
         g = g.strip("$").strip()
@@ -142,6 +252,18 @@ def _clean_gold(gold: str) -> str:
     if len(boxed) == 1 and boxed[0].end >= 0 and not g[: boxed[0].start].strip() and not g[boxed[0].end:].strip():
         g = _extract.unwrap_boxes(boxed[0].content)
     return g
+
+
+def _thousands_group_at(t: str, i: int) -> bool:
+    """``t[i]`` is a comma followed by exactly three digits (",680" in "1,680")."""
+    group = t[i + 1:i + 4]
+    return len(group) == 3 and group.isdecimal() and not t[i + 4:i + 5].isdecimal()
+
+
+def _ends_in_short_number(text: str) -> bool:
+    """``text`` ends in 1-3 digits that are not part of a longer number or a decimal ("x, 1" but not "0.1")."""
+    k = len(text) - len(text.rstrip("0123456789"))
+    return 1 <= k <= 3 and (k == len(text) or not (text[-k - 1].isdecimal() or text[-k - 1] == "."))
 
 
 def _split_list(text: str) -> list[str] | None:
@@ -181,10 +303,10 @@ def _split_list(text: str) -> list[str] | None:
             depth += 1
         elif ch in ")]}":
             depth -= 1
-        elif depth == 0:
+        elif depth == 0 and (ch in ",;" or ch.isspace()):
             m = _LIST_SPLIT_RE.match(t, i)
-            if m and m.end() > i and (ch in ",;" or ch.isspace()):
-                if ch == "," and re.match(r",\d{3}(?!\d)", t[i:]) and re.search(r"(?<![\d.])\d{1,3}$", t[start:i]):
+            if m and m.end() > i:
+                if ch == "," and _thousands_group_at(t, i) and _ends_in_short_number(t[start:i]):
                     i += 1  # a thousands separator inside a number of the list
                     continue
                 items.append(t[start:i])
@@ -197,18 +319,23 @@ def _split_list(text: str) -> list[str] | None:
     return items if len(items) > 1 else None
 
 
+_INEQUALITY_RE = lre.compile(r"[<>]|\\[lg]eq?\b|\\neq")
+_THREE_LETTERS_RE = lre.compile(r"[a-z]{3}", lre.I)
+_DIGIT_OR_COMMAND_RE = lre.compile(r"\d|\\")
+
+
 def _number(text: str) -> Number | None:
     """The answer as a plain number: the text itself, the right-hand side of an assignment or arithmetic chain
     ("x = 5", "48 + 24 = 72"), or number words ("seventy-two")."""
     n = parse_number(text)
     if n is not None:
         return n
-    if "=" in text and not re.search(r"[<>]|\\[lg]eq?\b|\\neq", text):
+    if "=" in text and not _INEQUALITY_RE.search(text):
         rhs = text.rsplit("=", 1)[1]
         n = parse_number(rhs)
         if n is not None:
             return n
-    if re.search(r"[a-z]{3}", text, re.I) and not re.search(r"\d|\\", text):
+    if _THREE_LETTERS_RE.search(text) and not _DIGIT_OR_COMMAND_RE.search(text):
         value = words_to_number(text)
         if value is not None:
             return Number(Fraction(value))
@@ -223,18 +350,18 @@ def _choice(text: str) -> str | None:
 # ---------------------------------------------------------------------------------------------------------------
 # Equality of an answer and a ground truth
 
-_equal_cache: OrderedDict[tuple[str, str], tuple[bool, str, str | None]] = OrderedDict()
-_equal_lock = threading.Lock()
+# Decided comparisons only (a timeout or error is tried again), so no decorator cache: cachetools' LRU under a lock.
 _EQUAL_CACHE_SIZE = 65536
+_equal_cache: LRUCache = LRUCache(maxsize=_EQUAL_CACHE_SIZE)  # (answer, truth) -> (equal, method, reason)
+_equal_lock = threading.Lock()
 
 
 def answers_equal(answer: str, ground_truth: str) -> tuple[bool, str, str | None]:
     """(equal, method, reason-if-not-equal) for an extracted answer and a ground truth (convention §3)."""
-    key = (answer.strip(), _clean_gold(ground_truth))
+    answer = answer.strip()
+    key = (unicode_math_to_latex(answer) if len(answer) <= MAX_ANSWER_CHARS else answer, _clean_gold(ground_truth))
     with _equal_lock:
         hit = _equal_cache.get(key)
-        if hit is not None:
-            _equal_cache.move_to_end(key)
     if hit is not None:
         _count("cache_hits")
         return hit
@@ -242,8 +369,6 @@ def answers_equal(answer: str, ground_truth: str) -> tuple[bool, str, str | None
     if not result[2] or not result[2].startswith(("timeout", "error")):  # only definitive results are cached
         with _equal_lock:
             _equal_cache[key] = result
-            if len(_equal_cache) > _EQUAL_CACHE_SIZE:
-                _equal_cache.popitem(last=False)
     return result
 
 
@@ -254,12 +379,58 @@ def _answers_equal(answer: str, gold: str) -> tuple[bool, str, str | None]:
         if counter:
             _count(counter)
         return result
+    with _gold_lock:
+        bad = _bad_golds.get(gold)
+    if bad is not None:
+        _count("errors")
+        return False, "math_verify", f"error: ground truth cannot be evaluated ({bad})"
     _count("math_verify")
     outcome = default_pool().compare(gold, _for_math_verify(answer))
     if outcome.status != "ok":
+        problem = _bad_gold_problem(gold, outcome)
+        if problem is not None:
+            _mark_bad_gold(gold, problem)
+            _count("errors")
+            return False, "math_verify", f"error: ground truth cannot be evaluated ({problem})"
         _report(outcome.status, outcome.detail, gold, answer)
         return False, "math_verify", f"{outcome.status}: {outcome.detail}"
     return (True, "math_verify", None) if outcome.equal else (False, "math_verify", "wrong answer")
+
+
+_PLAIN_DECIMAL_RE = lre.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")  # "72", "-1,680.5"
+_UPPER_TEXT_CMD_RE = lre.compile(r"^\\TEXT\s*\{(.*)\}$")  # \text{1011} after .upper()
+
+
+@dataclass(frozen=True)
+class _Gold:
+    """What the local decisions need to know about a (cleaned) ground truth, worked out once per distinct value."""
+
+    hedge: bool  # the ground truth itself offers alternatives ("1 or 2")
+    choice: str | None  # its multiple-choice letter
+    base: tuple[str, str] | None  # (digits, base) of a number written in a base
+    items: tuple[str, ...] | None  # the items of an unbracketed list
+    item_numbers: tuple[Number | None, ...] | None
+    number: Number | None
+    key: str  # _latex_key
+    pathological: bool
+
+
+@functools.lru_cache(maxsize=65536)
+def _gold(gold: str) -> _Gold:
+    number = _number(gold)
+    m = _GOLD_CHOICE_RE.match(gold)
+    b = _BASE_RE.match(gold)
+    items = _split_list(gold)
+    return _Gold(
+        hedge=bool(_HEDGE_WORD_RE.search(gold)),
+        choice=m.group(1) if m else None,
+        base=(b.group(1).upper(), b.group(2)) if b and not number else None,
+        items=tuple(items) if items else None,
+        item_numbers=tuple(_number(x) for x in items) if items else None,
+        number=number,
+        key=_latex_key(gold),
+        pathological=bool(_PATHOLOGICAL_RE.search(gold)),
+    )
 
 
 def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None], str | None] | None:
@@ -268,54 +439,56 @@ def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None
         return (False, "shape", "error: empty ground truth"), None
     if len(answer) > MAX_ANSWER_CHARS:
         return (False, "shape", f"answer longer than {MAX_ANSWER_CHARS} characters"), "guarded"
-    if _extract.looks_like_code(answer):
-        return (False, "shape", "code is not an answer"), None
-    if not _HEDGE_WORD_RE.search(gold) and _HEDGE_WORD_RE.search(answer):
-        return (False, "shape", "hedge (the answer offers alternatives)"), None
-    # Multiple choice: the letter in any wrapper.
-    m = _GOLD_CHOICE_RE.match(gold)
-    if m:
-        letter = _choice(answer)
-        if letter is not None:
-            return ((True, "choice", None) if letter == m.group(1) else (False, "choice", "wrong choice")), None
+    g = _gold(gold)
+    # A plain decimal ("72", "1,680.5") is never code, a hedge, a choice letter or a list: skip those checks.
+    plain = _PLAIN_DECIMAL_RE.fullmatch(answer) is not None
+    if not plain:
+        if _extract.looks_like_code(answer):
+            return (False, "shape", "code is not an answer"), None
+        if not g.hedge and _HEDGE_WORD_RE.search(answer):
+            return (False, "shape", "hedge (the answer offers alternatives)"), None
+        # Multiple choice: the letter in any wrapper.
+        if g.choice is not None:
+            letter = _choice(answer)
+            if letter is not None:
+                return ((True, "choice", None) if letter == g.choice else (False, "choice", "wrong choice")), None
     # A number written in a base: the digits as written ("1011" for 1011_2), not its decimal value.
-    m = _BASE_RE.match(gold)
-    if m and not _number(gold):
-        digits, base = m.group(1).upper(), m.group(2)
+    if g.base is not None:
+        digits, base = g.base
         mm = _BASE_RE.match(answer)
         pred = mm.group(1).upper() if mm and mm.group(2) == base else answer.strip().strip("$").upper()
-        pred = re.sub(r"^\\TEXT\s*\{(.*)\}$", r"\1", pred).strip()
+        pred = _UPPER_TEXT_CMD_RE.sub(r"\1", pred).strip()
         return ((True, "base", None) if pred.lstrip("0") == digits.lstrip("0") else (False, "base", "wrong answer")), None
     # Lists ("all solutions") against single values and lists of plain numbers: settled without sympy.
-    a_items, g_items = _split_list(answer), _split_list(gold)
-    if a_items and not g_items and _number(gold) is not None:
+    a_items, g_items = (None if plain else _split_list(answer)), g.items
+    if a_items and not g_items and g.number is not None:
         if len(set(a_items)) == 1:
             a_items = None  # "5 and 5" states one value twice
         else:
             return (False, "list", "hedge (several answers for one value)"), None
-    if g_items and not a_items and _number(answer) is not None and all(_number(x) for x in g_items):
+    an = _number(answer) if not a_items else None
+    if g_items and not a_items and an is not None and all(g.item_numbers):  # type: ignore[arg-type]
         return (False, "list", "wrong answer (one value for a list)"), "fast_path"
     if a_items and g_items:
-        a_nums, g_nums = [_number(x) for x in a_items], [_number(x) for x in g_items]
-        if all(a_nums) and all(g_nums):
+        a_nums, g_nums = [_number(x) for x in a_items], g.item_numbers
+        if all(a_nums) and all(g_nums):  # type: ignore[arg-type]
             same = sorted(n.value for n in a_nums) == sorted(n.value for n in g_nums)  # type: ignore[union-attr]
             return ((True, "list", None) if same else (False, "list", "wrong answer")), "fast_path"
     # Plain numbers: exact, no sympy.
-    gn = _number(gold)
-    an = _number(answer) if not a_items else None
+    gn = g.number
     if gn is not None and an is not None:
         return ((True, "number", None) if numbers_equal(an, gn) else (False, "number", "wrong answer")), "fast_path"
     if gn is not None and an is None and _plainly_not_a_number(answer):
         return (False, "number", "wrong answer (not a number)"), "fast_path"
     # The same LaTeX up to spacing and delimiters is the same answer.
-    if _latex_key(answer) == _latex_key(gold):
+    if _latex_key(answer) == g.key:
         return (True, "string", None), "fast_path"
-    if _PATHOLOGICAL_RE.search(answer) and not _PATHOLOGICAL_RE.search(gold):
+    if not g.pathological and _PATHOLOGICAL_RE.search(answer):
         return (False, "shape", "too expensive to evaluate (huge power, factorial or number): not correct"), "guarded"
     return None
 
 
-_LATEX_NOISE_RE = re.compile(r"\\left|\\right|\\[,;:! ]|\\displaystyle|\s+|\$")
+_LATEX_NOISE_RE = lre.compile(r"\\left|\\right|\\[,;:! ]|\\displaystyle|\s+|\$")
 
 
 def _latex_key(text: str) -> str:
@@ -323,25 +496,29 @@ def _latex_key(text: str) -> str:
     return _LATEX_NOISE_RE.sub("", text).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
 
 
+_MATH_CHAR_RE = lre.compile(r"[\d\\^_{}()=+\-*/]")
+_AND_RE = lre.compile(r"\band\b|\\text\s*\{\s*and")
+
+
 def _plainly_not_a_number(answer: str) -> bool:
     """Words without any digit or math (a name, "none") cannot equal a numeric ground truth."""
-    return not re.search(r"[\d\\^_{}()=+\-*/]", answer) and words_to_number(answer) is None
+    return not _MATH_CHAR_RE.search(answer) and words_to_number(answer) is None
 
 
 def _for_math_verify(answer: str) -> str:
     """List separators math-verify reads as a set ("2 and -3" → "2, -3")."""
-    return _LIST_SPLIT_RE.sub(", ", answer) if re.search(r"\band\b|\\text\s*\{\s*and", answer) else answer
+    return _LIST_SPLIT_RE.sub(", ", answer) if _AND_RE.search(answer) else answer
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # The public verifier
 
-_verdict_cache: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
 _VERDICT_CACHE_SIZE = 2048
+_verdict_cache: LRUCache = LRUCache(maxsize=_VERDICT_CACHE_SIZE)  # (completion, truth) -> Verdict, errors excluded
 
 
 def verify(completion: str, ground_truth: str) -> Verdict:
-    """The completion's final answer and whether it is correct (ANSWER-CONVENTION.md). Never raises."""
+    """The completion's final answer and whether it is correct (docs/answer-convention.md). Never raises."""
     return _verify_cached(str(completion), str(ground_truth), None)
 
 
@@ -355,6 +532,8 @@ def verify_many(pairs: Sequence[tuple[str, str]]) -> list[Verdict]:
         with _equal_lock:
             if (completion, truth) in _verdict_cache:
                 continue
+        if len(completion) > MAX_COMPLETION_CHARS:
+            continue
         try:
             ext = exts[i] = _extract.extract_answer(completion)
         except Exception:  # noqa: BLE001 - verify() reports it
@@ -377,8 +556,6 @@ def _verify_cached(completion: str, ground_truth: str, ext: _extract.Extraction 
     key = (completion, ground_truth)
     with _equal_lock:
         hit = _verdict_cache.get(key)
-        if hit is not None:
-            _verdict_cache.move_to_end(key)
     if hit is not None:
         return hit
     try:
@@ -395,12 +572,13 @@ def _verify_cached(completion: str, ground_truth: str, ext: _extract.Extraction 
     if not verdict.error:
         with _equal_lock:
             _verdict_cache[key] = verdict
-            if len(_verdict_cache) > _VERDICT_CACHE_SIZE:
-                _verdict_cache.popitem(last=False)
     return verdict
 
 
 def _verify(completion: str, ground_truth: str, ext: _extract.Extraction | None = None) -> Verdict:
+    if len(completion) > MAX_COMPLETION_CHARS:
+        _count("guarded")
+        return Verdict(False, False, None, None, f"no answer: completion longer than {MAX_COMPLETION_CHARS:,} characters")
     ext = ext if ext is not None else _extract.extract_answer(completion)
     if ext.answer is None:
         return Verdict(False, False, None, None, f"no answer: {ext.reason}")

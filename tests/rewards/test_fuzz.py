@@ -1,0 +1,101 @@
+"""Issue 13's fuzzer: hypothesis over completions built from the answer convention's grammar plus hostile
+fragments (``grpoflow.rewards.adversarial``), scored the way verl's reward loop scores them — a thread pool —
+with every call under a deadline. Fixed seed (derandomized), about a minute in CI in all; a longer run is
+``benchmarks/fuzz_verifier.py``.
+
+Two bounds, two tests:
+- the verifier's own work (extraction, exact numbers, guards) with an instant stand-in for math-verify: every
+  call under 1 s (completions here are up to ~50,000 characters; the work is linear, see test_linear_time.py);
+- the whole call with real math-verify workers on a 1 s budget: every call under the bound the pool states
+  (two requests at most — the comparison, and once per ground truth a check of it alone — each at most the
+  queue wait plus the hard deadline) plus the in-process second.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from grpoflow.rewards import _sandbox, adversarial, reset_caches, reset_stats, verifier
+from grpoflow.rewards._sandbox import MathVerifyPool, Outcome
+
+_hostile = st.builds(adversarial.hostile, st.sampled_from(sorted(adversarial.HOSTILE)), st.integers(1, 5000))
+_value = st.one_of(
+    st.sampled_from(adversarial.VALUES),
+    st.sampled_from(adversarial.PATHOLOGICAL_ANSWERS),
+    _hostile,
+    st.tuples(st.sampled_from(adversarial.VALUES), _hostile).map("".join),  # a number, then a letter run...
+    st.text(max_size=30),
+)
+_fragment = st.one_of(st.sampled_from(adversarial.PROSE), _hostile, st.text(max_size=30))
+_completion = st.builds(
+    adversarial.completion,
+    prose=st.lists(_fragment, max_size=6),
+    answer_form=st.sampled_from(adversarial.ANSWER_FORMS),
+    value=_value,
+    think=st.sampled_from(["closed", "none", "open"]),
+)
+_batch = st.lists(st.tuples(_completion, st.sampled_from(adversarial.GROUND_TRUTHS)), min_size=1, max_size=8)
+
+
+class _InstantPool:
+    size = 4
+
+    def compare(self, gold, pred):
+        return Outcome(False, "ok")
+
+    check_gold = compare
+
+
+def _fuzz(budget_s: float, max_examples: int, deadline_s: float) -> tuple[int, float]:
+    """Run the fuzzer; returns (completions checked, slowest call in seconds). Fails on any call over the
+    deadline or any unfinished (hung) call. Stops drawing new batches once ``budget_s`` is spent."""
+    checked, slowest = 0, 0.0
+    start = time.monotonic()
+
+    @settings(max_examples=max_examples, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
+    @given(batch=_batch)
+    def run(batch):
+        nonlocal checked, slowest
+        if time.monotonic() - start > budget_s:
+            return  # the CI budget is spent: the remaining examples are not run
+        report = adversarial.run_like_verl(batch, threads=4, deadline_s=deadline_s)
+        assert report.unfinished == 0 and not report.over_deadline, (
+            f"{len(report.over_deadline)} call(s) over {deadline_s}s, e.g. "
+            f"{[(t, c[:200], g) for t, c, g in report.over_deadline[:2]]}")
+        checked += report.n
+        slowest = max(slowest, report.slowest_s)
+
+    run()
+    return checked, slowest
+
+
+@pytest.mark.slow
+def test_fuzz_verifier_own_work_is_bounded(monkeypatch):
+    monkeypatch.setattr(verifier, "default_pool", lambda: _InstantPool())
+    reset_caches()
+    checked, slowest = _fuzz(budget_s=25, max_examples=1500, deadline_s=1.0)
+    assert checked >= 1000, f"only {checked} completions fuzzed within the budget"
+    print(f"fuzzed {checked} completions (verifier's own work), slowest call {slowest:.3f}s")
+
+
+@pytest.mark.slow
+def test_fuzz_whole_call_with_math_verify_workers_is_bounded(monkeypatch):
+    pool = MathVerifyPool(size=2, soft_timeout=1.0, hard_timeout=2.0, queue_timeout=5.0, check_timeout=1.0)
+    monkeypatch.setattr(_sandbox, "_default", pool)
+    monkeypatch.setattr(verifier, "default_pool", lambda: pool)
+    reset_caches()
+    reset_stats()
+    pool.start()
+    bound = 2 * (pool.queue_timeout + pool.hard_timeout) + 1.0
+    try:
+        checked, slowest = _fuzz(budget_s=30, max_examples=60, deadline_s=bound)
+    finally:
+        pool.close()
+        reset_caches()
+    assert checked >= 40, f"only {checked} completions fuzzed within the budget"
+    print(f"fuzzed {checked} completions (with math-verify), slowest call {slowest:.3f}s, bound {bound:g}s")
