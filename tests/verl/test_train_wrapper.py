@@ -308,3 +308,10 @@ def test_rotation_never_removes_the_newest_checkpoint_nor_a_protected_step(tmp_p
     assert sorted(ck.step_dirs(ckpt)) == [20, 30, 40]
     (ckpt / ".deleting-global_step_5").mkdir()  # a removal cut off by a kill is finished next time
     assert ck.rotate(ckpt, None) == [] and not (ckpt / ".deleting-global_step_5").exists()
+
+
+def test_settings_do_not_depend_on_where_the_project_lives(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ov = {"reward.custom_reward_function.path": f"{tmp_path}/src/reward.py", "actor_rollout_ref.actor.optim.lr": "1e-06",
+          "trainer.default_local_dir": f"{tmp_path}/ckpt", "trainer.total_training_steps": "4"}
+    assert ck.training_settings(ov) == {"actor_rollout_ref.actor.optim.lr": "1e-06", "reward.custom_reward_function.path": "src/reward.py"}

@@ -71,7 +71,11 @@ def training_settings(overrides: dict[str, str]) -> dict[str, str]:
     """The overrides that change what is trained (verl key -> value as written on the command line).
     ``trainer.total_training_steps`` counts when the learning-rate schedule is stretched over it (cosine, or a
     warmup ratio): continuing under another total changes the rate of every remaining step."""
-    out = {k: v for k, v in overrides.items() if k not in NOT_TRAINING and not k.endswith(NOT_TRAINING_SUFFIXES)}
+    # Paths inside the project (the reward module: $PWD/src/...) as relative ones: moving the project, or a node
+    # that mounts it elsewhere, is not a change of settings.
+    root = os.getcwd().rstrip("/") + "/"
+    out = {k: v[len(root):] if v.startswith(root) else v for k, v in overrides.items()
+           if k not in NOT_TRAINING and not k.endswith(NOT_TRAINING_SUFFIXES)}
     scheduler = overrides.get("actor_rollout_ref.actor.optim.lr_scheduler_type", "constant")
     warmup = overrides.get("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", "0")
     if scheduler != "constant" or warmup not in ("0", "0.0"):
