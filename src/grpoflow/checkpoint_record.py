@@ -125,6 +125,12 @@ def _summary(changes: list[str], limit: int = 4) -> str:
     return "; ".join(changes[:limit]) + (f"; and {len(changes) - limit} more" if len(changes) > limit else "")
 
 
+def _shown(path: Path) -> str:
+    """Project-relative when inside the working dir (verl gets $PWD/... paths), as the user wrote checkpoint_dir."""
+    rel = os.path.relpath(path)
+    return str(path) if rel.startswith("..") else rel
+
+
 def read_record(checkpoint_dir: str | os.PathLike) -> dict | None:
     path = Path(checkpoint_dir) / RECORD
     if not path.is_file():
@@ -144,21 +150,22 @@ def check(checkpoint_dir: str | os.PathLike, identity: dict, *, latest: int | No
     identity = json.loads(json.dumps(identity, default=str))  # as it reads back from the record (lists, str keys)
     record = read_record(ckpt)
     fresh = f"set {where}.checkpoint_dir to a fresh dir to train from the start"
+    shown = _shown(ckpt)
     if latest is None:
         if record is not None and record["identity"] != identity:
             log.info("%s holds no checkpoint yet: recording the current settings", ckpt)
         new = {"identity": identity, "history": []}
     elif record is None:
         if not allow_change:
-            raise ConfigError(f"config error: {ckpt} holds checkpoints (up to step {latest}) with no record of what they were trained from "
+            raise ConfigError(f"config error: {shown} holds checkpoints (up to step {latest}) with no record of what they were trained from "
                               f"(saved before grpoflow kept {RECORD}, or by another tool): {fresh}, or set {where}.{OPT_IN}: true to continue from them under the current settings")
-        log.warning("%s: adopting checkpoints up to step %d, which have no record, under the current settings (%s: true)", ckpt, latest, OPT_IN)
+        log.warning("%s: adopting checkpoints up to step %d, which have no record, under the current settings (%s: true)", shown, latest, OPT_IN)
         new = {"identity": identity, "history": [{"up_to_step": latest, "identity": None}]}
     elif record["identity"] == identity:
         return record
     else:
         changes = describe_changes(record["identity"], identity)
-        what = f"{ckpt} holds checkpoints (up to step {latest}) trained with other settings: {_summary(changes)}"
+        what = f"{shown} holds checkpoints (up to step {latest}) trained with other settings: {_summary(changes)}"
         if finished:
             raise ConfigError(f"config error: {what}; that run is finished, so continuing would train nothing and only relabel its weights: {fresh}, or restore those settings")
         if not allow_change:

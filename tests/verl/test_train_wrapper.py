@@ -215,7 +215,7 @@ def test_finished_run_with_other_settings_is_refused_never_relabelled(job, tmp_p
         proc = job(exits(7), ckpt=ckpt, extra=(f"{LR}=2e-06",), flags=flags)
         assert proc.returncode == 1
         line = error_line(proc)
-        assert f"{ckpt} holds checkpoints (up to step 4) trained with other settings: {LR} \"1e-06\" -> \"2e-06\"" in line
+        assert f"config error: ckpt holds checkpoints (up to step 4) trained with other settings: {LR} \"1e-06\" -> \"2e-06\"" in line
         assert "that run is finished, so continuing would train nothing and only relabel its weights: set experiments.e1.checkpoint_dir to a fresh dir" in line
         assert not (job.out / "training_complete.json").exists()
     # The same settings finish as before (verl not relaunched: it would exit 7).
@@ -267,7 +267,7 @@ def test_new_data_or_start_model_under_the_same_path_is_refused(job, tmp_path, t
 def test_memory_and_schedule_knobs_resume_and_checkpoints_without_a_record_are_refused(job, tmp_path):
     ckpt = fake_checkpoints(tmp_path / "ckpt", [2])
     proc = job(exits(0), ckpt=ckpt)
-    assert error_line(proc).endswith(f"{ckpt} holds checkpoints (up to step 2) with no record of what they were trained from (saved before grpoflow kept "
+    assert error_line(proc).endswith("config error: ckpt holds checkpoints (up to step 2) with no record of what they were trained from (saved before grpoflow kept "
                                      "grpoflow_run.json, or by another tool): set experiments.e1.checkpoint_dir to a fresh dir to train from the start, "
                                      "or set experiments.e1.resume_across_changes: true to continue from them under the current settings")
     job.own(ckpt)
