@@ -16,7 +16,7 @@ except ConfigError as err:
     # One line naming the key, the bad value and what is allowed; no traceback.
     sys.exit(f"grpoflow: {err}")
 # Second line of defence, and the check rna-seq-style workflows run: the same schema through Snakemake.
-validate(config, schema_path(), set_default=False)
+validate(CFG.raw, schema_path(), set_default=False)  # the config as resolve_config read it (`1e-6` as a number)
 
 
 def _one_of(names):

@@ -189,3 +189,17 @@ def test_numbers_are_typed_by_the_schema(default_config):
     assert repr(grpo["max_grad_norm"]) == "1.0" and grpo["learning_rate"] == 5e-5
     assert isinstance(grpo["total_steps"], int) and isinstance(grpo["seed"], int)  # integers stay integers
     assert _params_of(cfg) == _params_of(resolve_config(deep_merge(default_config, {"defaults": {"grpo": {"max_grad_norm": 1.0}}})))
+
+
+def test_exponent_without_a_dot_is_a_number(default_config):
+    """YAML 1.1 (PyYAML, Snakemake's loader) reads `1e-6` as text; where the schema wants a number it is one."""
+    import yaml
+
+    text = yaml.safe_load("defaults: {grpo: {learning_rate: 5e-5}}")
+    assert text["defaults"]["grpo"]["learning_rate"] == "5e-5"
+    cfg = resolve_config(deep_merge(default_config, text))
+    assert cfg.experiment("tiny-arith-seed1")["grpo"]["learning_rate"] == 5e-5
+    assert _params_of(cfg) == _params_of(resolve_config(default_config))
+    # Text stays text where the schema wants a string.
+    named = resolve_config(deep_merge(default_config, {"defaults": {"upload": {"repo_id": "1e5"}}}))
+    assert named.experiment("tiny-arith-seed1")["upload"]["repo_id"] == "1e5"

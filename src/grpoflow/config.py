@@ -212,7 +212,11 @@ def _sub_schemas(node: Any, defs: dict) -> list[dict]:
     return [node] + [s for alt in node.get("oneOf", []) + node.get("anyOf", []) for s in _sub_schemas(alt, defs)]
 
 
-def canonical(value: Any, schema: Any = None, defs: dict | None = None) -> Any:
+# A YAML 1.2 float. PyYAML (and Snakemake's loader) follow YAML 1.1, where `1e-6` (no dot) is a *string*.
+_FLOAT_TEXT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+def canonical(value: Any, schema: Any = None, defs: dict | None = None, *, ints: bool = True) -> Any:
     """``value`` with every dict's keys sorted (at every level) and, where ``schema`` says a number may not be an
     integer, integers as floats (``lr: 1`` is ``1.0``).
 
@@ -220,7 +224,8 @@ def canonical(value: Any, schema: Any = None, defs: dict | None = None) -> Any:
     says ``1.0``, would rerun every job (days of GPU time on a cluster) although the settings are the same. Equal
     floats written differently (``1.0e-6``, ``0.000001``) already load as the same float. Free-form parts of the
     config (``trl.extra_args``, ``verl.env``) have no schema types: their keys are sorted, their numbers kept as
-    written."""
+    written. A string that spells a number (``1e-6``, which YAML 1.1 loads as text) where the schema wants a number
+    and no string becomes that float. ``ints=False`` leaves integers as they are."""
     if defs is None:
         defs = load_schema()["$defs"]
     if isinstance(value, dict):
@@ -236,15 +241,19 @@ def canonical(value: Any, schema: Any = None, defs: dict | None = None) -> Any:
                 if isinstance(s.get("additionalProperties"), dict):
                     child = s["additionalProperties"]
                     break
-            out[key] = canonical(value[key], child, defs)
+            out[key] = canonical(value[key], child, defs, ints=ints)
         return out
     if isinstance(value, (list, tuple)):
         subs = _sub_schemas(schema, defs) if schema is not None else []
         items = next((s["items"] for s in subs if isinstance(s.get("items"), dict)), None)
-        return [canonical(v, items, defs) for v in value]
-    if isinstance(value, int) and not isinstance(value, bool) and schema is not None:
+        return [canonical(v, items, defs, ints=ints) for v in value]
+    if ints and isinstance(value, int) and not isinstance(value, bool) and schema is not None:
         types = _types(schema, defs)
         if "number" in types and "integer" not in types:
+            return float(value)
+    if isinstance(value, str) and schema is not None and _FLOAT_TEXT.match(value.strip()):
+        types = _types(schema, defs)
+        if "number" in types and "string" not in types:
             return float(value)
     return value
 
@@ -494,8 +503,10 @@ def resolve_config(raw: dict) -> WorkflowConfig:
     """Validate ``raw`` (as Snakemake loaded it) and return the resolved configuration. Raises ConfigError."""
     if not isinstance(raw, dict) or not raw:
         raise ConfigError("config error: the configuration is empty: run from the repository root (config/config.yaml is the default) or pass --configfile config/<name>.yaml")
-    raw = copy.deepcopy(raw)
     schema = load_schema()
+    # A deep copy in which `1e-6` written without a dot is a number too; integers stay as written until the end,
+    # so error messages quote the value the user wrote.
+    raw = canonical(raw, schema, schema["$defs"], ints=False)
     # 1. Structure and unknown keys everywhere (no defaults yet, so `defaults` stays a partial experiment).
     _check(raw, schema, fill_defaults=False)
     # 2. Experiments = defaults ⊕ experiment, then defaults filled and re-checked as a whole.
