@@ -31,7 +31,7 @@ from grpoflow import checkpoint_record as record
 from grpoflow.checkpoint_record import data_fingerprint, model_fingerprint
 from grpoflow.discovery import model_path as sft_model_path
 from grpoflow.errors import ConfigError, DataError, GrpoflowError
-from grpoflow.io import atomic_write_json, atomic_write_jsonl, exclusive_dir, read_json
+from grpoflow.io import atomic_write_json, atomic_write_jsonl, exclusive_dir
 from grpoflow.provenance import provenance
 from grpoflow.rewards.trl import ZNORM_FUNC, build_reward_funcs
 from grpoflow.train.rl_data import read_rl_rows
