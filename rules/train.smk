@@ -47,9 +47,11 @@ rule train_grpo:
     conda:
         experiment_env
     shell:
-        # SLURM signals every process of the job (scancel, time limit, --signal): the trainer then saves a checkpoint
-        # and exits 1. The shell must wait for that rather than die at once, or the job step ends with it and takes
-        # the trainer down mid-save (on clusters that track jobs by cgroup).
+        # SLURM signals every process of the job (scancel, time limit, --signal). TRL then finishes its step, saves a
+        # checkpoint and exits 1; verl 0.9.1 has no handler and saves nothing (the steps since its last save_freq
+        # checkpoint are lost): the wrapper stops verl and Ray and exits 1. Either way the shell must wait rather than
+        # die at once, or the job step ends with it and takes the trainer down mid-save or mid-teardown (on clusters
+        # that track jobs by cgroup).
         "trap : TERM INT USR1 USR2; {params.command} > {log} 2>&1"
 
 

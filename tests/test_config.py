@@ -141,3 +141,65 @@ def test_model_name_clash_is_an_error(default_config):
 def test_empty_config_says_where_to_run():
     with pytest.raises(ConfigError, match="configfile"):
         resolve_config({})
+
+
+# ---- canonical params: the same settings in another key order or number spelling rerun nothing -----------------
+
+
+def _shuffled(obj, rng):
+    if isinstance(obj, dict):
+        items = list(obj.items())
+        rng.shuffle(items)
+        return {k: _shuffled(v, rng) for k, v in items}
+    if isinstance(obj, list):
+        return [_shuffled(v, rng) for v in obj]
+    return obj
+
+
+def _params_of(cfg) -> list[str]:
+    """What the rules hand Snakemake as params, as Snakemake compares them (repr)."""
+    from grpoflow.evaluation.settings import evaluation_settings
+    from grpoflow.report import experiment_summary
+    from grpoflow.train.command import training_command
+
+    out = [repr(cfg.experiments), repr(cfg.datasets), repr(cfg.evaluation), repr(cfg.report), repr(cfg.demo), repr(cfg.models),
+           repr(evaluation_settings(cfg)), repr({e: experiment_summary(cfg.experiment(e)) for e in cfg.experiments})]
+    for name in cfg.experiments:
+        inputs = {"train": "t.parquet", "val": "v.parquet", "sft": "sft.json"}
+        out.append(training_command(cfg, name, inputs, {"marker": "m.json", "metrics": "x.jsonl"}))
+    return out
+
+
+@pytest.mark.parametrize("path", SHIPPED_CONFIGS)
+def test_params_do_not_depend_on_key_order_or_formatting(path):
+    import random
+
+    import yaml
+
+    raw = load_yaml(REPO / path)
+    want = _params_of(resolve_config(raw))
+    for other in (_shuffled(raw, random.Random(1)), _shuffled(raw, random.Random(2)), yaml.safe_load(yaml.safe_dump(raw, sort_keys=True))):
+        assert _params_of(resolve_config(other)) == want
+
+
+def test_numbers_are_typed_by_the_schema(default_config):
+    one = deep_merge(default_config, {"defaults": {"grpo": {"max_grad_norm": 1, "learning_rate": 0.00005}}})
+    cfg = resolve_config(one)
+    grpo = cfg.experiment("tiny-arith-seed1")["grpo"]
+    assert repr(grpo["max_grad_norm"]) == "1.0" and grpo["learning_rate"] == 5e-5
+    assert isinstance(grpo["total_steps"], int) and isinstance(grpo["seed"], int)  # integers stay integers
+    assert _params_of(cfg) == _params_of(resolve_config(deep_merge(default_config, {"defaults": {"grpo": {"max_grad_norm": 1.0}}})))
+
+
+def test_exponent_without_a_dot_is_a_number(default_config):
+    """YAML 1.1 (PyYAML, Snakemake's loader) reads `1e-6` as text; where the schema wants a number it is one."""
+    import yaml
+
+    text = yaml.safe_load("defaults: {grpo: {learning_rate: 5e-5}}")
+    assert text["defaults"]["grpo"]["learning_rate"] == "5e-5"
+    cfg = resolve_config(deep_merge(default_config, text))
+    assert cfg.experiment("tiny-arith-seed1")["grpo"]["learning_rate"] == 5e-5
+    assert _params_of(cfg) == _params_of(resolve_config(default_config))
+    # Text stays text where the schema wants a string.
+    named = resolve_config(deep_merge(default_config, {"defaults": {"upload": {"repo_id": "1e5"}}}))
+    assert named.experiment("tiny-arith-seed1")["upload"]["repo_id"] == "1e5"

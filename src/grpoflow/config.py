@@ -193,6 +193,80 @@ def deep_merge(base: dict, override: dict) -> dict:
     return out
 
 
+def _resolve_ref(node: Any, defs: dict) -> Any:
+    while isinstance(node, dict) and str(node.get("$ref", "")).startswith("#/$defs/"):
+        path = node["$ref"][len("#/$defs/"):].split("/")
+        node = defs
+        for part in path:
+            node = node[part]
+    return node
+
+
+def _types(node: Any, defs: dict) -> set[str]:
+    """Every JSON type a schema node allows (through $ref, oneOf and anyOf)."""
+    node = _resolve_ref(node, defs)
+    if not isinstance(node, dict):
+        return set()
+    t = node.get("type")
+    out = set(t if isinstance(t, list) else [t] if t else [])
+    for alt in node.get("oneOf", []) + node.get("anyOf", []):
+        out |= _types(alt, defs)
+    return out
+
+
+def _sub_schemas(node: Any, defs: dict) -> list[dict]:
+    node = _resolve_ref(node, defs)
+    if not isinstance(node, dict):
+        return []
+    return [node] + [s for alt in node.get("oneOf", []) + node.get("anyOf", []) for s in _sub_schemas(alt, defs)]
+
+
+# A YAML 1.2 float. PyYAML (and Snakemake's loader) follow YAML 1.1, where `1e-6` (no dot) is a *string*.
+_FLOAT_TEXT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+def canonical(value: Any, schema: Any = None, defs: dict | None = None, *, ints: bool = True) -> Any:
+    """``value`` with every dict's keys sorted (at every level) and, where ``schema`` says a number may not be an
+    integer, integers as floats (``lr: 1`` is ``1.0``).
+
+    Snakemake compares params by their ``repr``: a dict in another key order, or ``1`` where another config file
+    says ``1.0``, would rerun every job (days of GPU time on a cluster) although the settings are the same. Equal
+    floats written differently (``1.0e-6``, ``0.000001``) already load as the same float. Free-form parts of the
+    config (``trl.extra_args``, ``verl.env``) have no schema types: their keys are sorted, their numbers kept as
+    written. A string that spells a number (``1e-6``, which YAML 1.1 loads as text) where the schema wants a number
+    and no string becomes that float. ``ints=False`` leaves integers as they are."""
+    if defs is None:
+        defs = load_schema()["$defs"]
+    if isinstance(value, dict):
+        subs = _sub_schemas(schema, defs) if schema is not None else []
+        out = {}
+        for key in sorted(value, key=str):
+            child = None
+            for s in subs:
+                props = s.get("properties") or {}
+                if key in props:
+                    child = props[key]
+                    break
+                if isinstance(s.get("additionalProperties"), dict):
+                    child = s["additionalProperties"]
+                    break
+            out[key] = canonical(value[key], child, defs, ints=ints)
+        return out
+    if isinstance(value, (list, tuple)):
+        subs = _sub_schemas(schema, defs) if schema is not None else []
+        items = next((s["items"] for s in subs if isinstance(s.get("items"), dict)), None)
+        return [canonical(v, items, defs, ints=ints) for v in value]
+    if ints and isinstance(value, int) and not isinstance(value, bool) and schema is not None:
+        types = _types(schema, defs)
+        if "number" in types and "integer" not in types:
+            return float(value)
+    if isinstance(value, str) and schema is not None and _FLOAT_TEXT.match(value.strip()):
+        types = _types(schema, defs)
+        if "number" in types and "string" not in types:
+            return float(value)
+    return value
+
+
 def config_hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -438,8 +512,10 @@ def resolve_config(raw: dict) -> WorkflowConfig:
     """Validate ``raw`` (as Snakemake loaded it) and return the resolved configuration. Raises ConfigError."""
     if not isinstance(raw, dict) or not raw:
         raise ConfigError("config error: the configuration is empty: run from the repository root (config/config.yaml is the default) or pass --configfile config/<name>.yaml")
-    raw = copy.deepcopy(raw)
     schema = load_schema()
+    # A deep copy in which `1e-6` written without a dot is a number too; integers stay as written until the end,
+    # so error messages quote the value the user wrote.
+    raw = canonical(raw, schema, schema["$defs"], ints=False)
     # 1. Structure and unknown keys everywhere (no defaults yet, so `defaults` stays a partial experiment).
     _check(raw, schema, fill_defaults=False)
     # 2. Experiments = defaults ⊕ experiment, then defaults filled and re-checked as a whole.
@@ -474,10 +550,19 @@ def resolve_config(raw: dict) -> WorkflowConfig:
         if demo["sft"]["dataset"] not in datasets:
             raise ConfigError(f"config error: demo.sft.dataset = {demo['sft']['dataset']!r} is not defined under datasets (defined: {', '.join(datasets) or 'none'})")
 
+    # Canonical from here on (sorted keys, numbers as the schema types them): every rule param is built from
+    # these, so the same settings in another key order or number spelling rerun nothing.
+    defs = schema["$defs"]
+    experiments = {n: canonical(e, {"$ref": "#/$defs/experiment"}, defs) for n, e in sorted(experiments.items())}
+    datasets = {n: canonical(d, {"$ref": "#/$defs/dataset"}, defs) for n, d in sorted(datasets.items())}
+    evaluation = canonical(evaluation, {"$ref": "#/$defs/evaluation"}, defs)
+    report = canonical(report, {"$ref": "#/$defs/report"}, defs)
+    demo = canonical(demo, {"$ref": "#/$defs/demo"}, defs) if demo is not None else None
     cfg = WorkflowConfig(raw=raw, datasets=datasets, experiments=experiments, evaluation=evaluation, report=report, demo=demo)
     for name, exp in experiments.items():
         _check_experiment(name, exp, cfg)
     _build_models(cfg)
+    cfg.models = canonical(cfg.models)
     _check_evaluation(cfg)
     return cfg
 

@@ -102,3 +102,19 @@ def test_second_run_does_nothing_and_eval_change_reruns_only_evaluation(finished
     assert jobs.pop("evaluate") == len(MODELS) * len(BENCHMARKS)
     assert jobs.pop("report") == 1
     assert set(jobs) <= {"all"}, f"an evaluation-only change scheduled upstream jobs: {jobs}"
+
+
+@pytest.mark.slow
+def test_same_config_in_another_key_order_and_formatting_reruns_nothing(finished_run, tmp_path):
+    """A YAML formatter's copy (yaml.safe_dump(sort_keys=True)) of the run's config, with a default spelled as an
+    integer (max_grad_norm: 1 for 1.0): the same settings, so nothing reruns (Snakemake compares params as written)."""
+    import yaml
+
+    from grpoflow.config import load_config_files
+
+    merged = load_config_files([w for w in SHORT if w != "--configfile"])
+    merged["defaults"]["grpo"]["max_grad_norm"] = 1
+    sorted_copy = tmp_path / "sorted.yaml"
+    sorted_copy.write_text(yaml.safe_dump(merged, sort_keys=True))
+    again = snakemake([*LOCAL, "--configfile", str(sorted_copy), "-n"], finished_run)
+    assert "Nothing to be done" in again.stdout + again.stderr, planned_jobs(again)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from trainkit import BIN, SMALL_ARITH, read_jsonl, resolved
 
+from grpoflow.checkpoint_record import read_record
 from grpoflow.errors import ConfigError
 from grpoflow.train.trl_checkpoints import LIVE_METRICS, is_complete, latest_complete
 from grpoflow.train.trl_grpo import command
@@ -160,13 +161,48 @@ def test_resume_refuses_checkpoints_trained_with_other_settings(short_run, tmp_p
     model = json.loads(Path(spec["sft"]).read_text())["path"]
 
     changed = {**spec, "grpo": {**spec["grpo"], "learning_rate": 0.5}}
-    with pytest.raises(ConfigError, match=r"trained with different settings \(grpo.learning_rate\)"):
-        prepare_checkpoint_dir(changed, model)
+    where = f"experiments.{EXP}"
+    # Finished: refused even when opted in (nothing would be trained; it would only relabel the weights).
+    for opt_in in (False, True):
+        with pytest.raises(ConfigError) as err:
+            prepare_checkpoint_dir({**changed, "resume_across_changes": opt_in}, model)
+        assert str(err.value) == (f"config error: {ckpt} holds checkpoints (up to step 3) trained with other settings: grpo.learning_rate 0.001 -> 0.5; that run "
+                                  f"is finished, so continuing would train nothing and only relabel its weights: set {where}.checkpoint_dir to a fresh dir "
+                                  "to train from the start, or restore those settings")
     with pytest.raises(ConfigError, match="total_steps = 2 but .*checkpoint-3 is already past it"):
         prepare_checkpoint_dir({**spec, "grpo": {**spec["grpo"], "total_steps": 2}}, model)
     # More steps (or another save frequency) continue the same run.
     longer = {**spec, "grpo": {**spec["grpo"], "total_steps": 10, "save_freq": 5}}
     assert prepare_checkpoint_dir(longer, model) == (3, ckpt / "checkpoint-3")
+    # Not finished: refused naming the change and the two ways on; opted in, it continues and the record keeps the old settings.
+    with pytest.raises(ConfigError, match=rf"grpo.learning_rate 0.001 -> 0.5: set {where}.checkpoint_dir to a fresh dir to train from the start, "
+                                          rf"or set {where}.resume_across_changes: true to continue from step 3 under the new settings$"):
+        prepare_checkpoint_dir({**changed, "grpo": {**changed["grpo"], "total_steps": 10}}, model)
+    assert prepare_checkpoint_dir({**changed, "grpo": {**changed["grpo"], "total_steps": 10}, "resume_across_changes": True}, model) == (3, ckpt / "checkpoint-3")
+    history = read_record(ckpt)["history"]
+    assert [(h["up_to_step"], h["identity"]["settings"]["grpo"]["learning_rate"]) for h in history] == [(3, 1e-3)]
+
+
+@pytest.mark.slow
+def test_new_data_or_start_model_under_the_same_paths_is_refused(short_run, tmp_path):
+    """The record identifies the data and the start model by content: new files under the same paths are not "nothing
+    left to train"."""
+    cmd, paths = short_run
+    spec = json.loads(shlex.split(cmd)[4])
+    shutil.copytree(paths["checkpoint_dir"], tmp_path / "ckpt")
+    data, model = tmp_path / "train.parquet", tmp_path / "model"
+    shutil.copy(spec["train"], data)
+    shutil.copytree(json.loads(Path(spec["sft"]).read_text())["path"], model)
+    spec.update(checkpoint_dir=str(tmp_path / "ckpt"), train=str(data))  # the same content elsewhere: the same run
+    assert prepare_checkpoint_dir(spec, str(model)) == (3, tmp_path / "ckpt" / "checkpoint-3")
+    with open(data, "ab") as fh:
+        fh.write(b"\0")
+    with pytest.raises(ConfigError, match="trained with other settings: the training data's content; that run is finished"):
+        prepare_checkpoint_dir(spec, str(model))
+    shutil.copy(json.loads(shlex.split(cmd)[4])["train"], data)
+    (model / "generation_config.json").write_text(json.dumps({"do_sample": True}))
+    with pytest.raises(ConfigError, match=r"trained with other settings: the start model \(generation_config.json differ\); that run is finished"):
+        prepare_checkpoint_dir(spec, str(model))
 
 
 @pytest.mark.slow

@@ -140,6 +140,10 @@ def test_command_only_changes_with_training_settings():
     assert vc.command(same, "qwen3-32b-gsm8k", inputs, OUTPUTS) == ref, "merge/upload/wall time do not retrain"
     other = resolved("config/qwen3-32b-gsm8k.yaml", {"defaults": {"grpo": {"learning_rate": 2e-6}}})
     assert vc.command(other, "qwen3-32b-gsm8k", inputs, OUTPUTS) != ref
+    assert "--resume-across-changes" not in ref
+    opted = resolved("config/qwen3-32b-gsm8k.yaml", {"defaults": {"resume_across_changes": True}})
+    wrapper = shlex.split(vc.command(opted, "qwen3-32b-gsm8k", inputs, OUTPUTS).split(" -- ")[0])
+    assert wrapper[-1] == "--resume-across-changes", "the opt-in reaches the wrapper, not verl"
 
 
 def test_the_shell_passes_verl_exactly_the_validated_overrides(tmp_path):

@@ -32,6 +32,7 @@ def training_spec(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: d
         "rewards": exp["rewards"],
         "trl": exp["trl"],
         "checkpoint_dir": cfg.checkpoint_dir(experiment),
+        "resume_across_changes": exp["resume_across_changes"],
         "marker": outputs["marker"],
         "metrics": outputs["metrics"],
     }

@@ -5,8 +5,9 @@
 1. reads the start model from sft.json, the prompts from the train Parquet (overlong prompts dropped, like
    verl's ``filter_overlong_prompts``), the reward from ``grpoflow.rewards``;
 2. resumes from the newest *complete* ``checkpoint-N`` in the checkpoint dir (cut-off saves are removed), after
-   checking the checkpoints were trained with the same setup (``grpoflow_run.json``); a dir trained with a
-   different setup is an error, never silently continued;
+   checking the checkpoints were trained from the same settings, start model and data
+   (``grpoflow.checkpoint_record``, ``grpoflow_run.json``); otherwise it stops naming the change, unless
+   ``resume_across_changes`` says to continue (never on a finished run: that would only relabel it);
 3. trains ``grpo.total_steps`` optimizer steps of ``prompts_per_step × num_generations`` completions, saving
    every ``grpo.save_freq`` steps and at the end (tokenizer + chat template in every checkpoint), appending one
    metrics row per step to ``<checkpoint_dir>/train_metrics.jsonl`` (the live copy, kept across restarts);
@@ -26,15 +27,16 @@ import signal
 import time
 from pathlib import Path
 
-from grpoflow.config import config_hash
+from grpoflow import checkpoint_record as record
+from grpoflow.checkpoint_record import data_fingerprint, model_fingerprint
 from grpoflow.discovery import model_path as sft_model_path
 from grpoflow.errors import ConfigError, DataError, GrpoflowError
-from grpoflow.io import atomic_write_json, atomic_write_jsonl, exclusive_dir, read_json
+from grpoflow.io import atomic_write_json, atomic_write_jsonl, exclusive_dir
 from grpoflow.progress import StepProgress
 from grpoflow.provenance import provenance
 from grpoflow.rewards.trl import ZNORM_FUNC, build_reward_funcs
 from grpoflow.train.rl_data import read_rl_rows
-from grpoflow.train.trl_checkpoints import LIVE_METRICS, RUN_RECORD, checkpoints, is_complete, is_peft_checkpoint, latest_complete
+from grpoflow.train.trl_checkpoints import LIVE_METRICS, checkpoints, is_complete, is_peft_checkpoint, latest_complete
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +64,8 @@ METRIC_NAMES = {
 # A SIGTERM this soon after the first is a duplicate delivery of the same stop, not a second request.
 REPEATED_SIGNAL_S = 5.0
 
-# Settings that do not change what the steps already trained did: a rerun may change them and still resume.
+# Settings that do not change what the steps already trained did: a rerun may change them and still resume
+# (total_steps only while the learning-rate schedule does not depend on it: training_settings).
 RESUMABLE_CHANGES = {("grpo", "total_steps"), ("grpo", "save_freq"), ("grpo", "max_checkpoints_to_keep"), ("grpo", "report_to"), ("trl", "logging_steps")}
 
 
@@ -97,52 +100,42 @@ def read_metrics(path: Path) -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Checkpoint dir: resume point, setup record
+# Checkpoint dir: resume point, what the checkpoints were trained from
 
 
-def _flatten(d: dict, prefix: tuple = ()) -> dict[tuple, object]:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out.update(_flatten(v, prefix + (k,)))
-        else:
-            out[prefix + (k,)] = v
-    return out
-
-
-def resume_setup(spec: dict, model_path: str) -> dict:
-    """What the checkpoints depend on: the spec minus output paths and RESUMABLE_CHANGES, plus the start model."""
-    setup = {"model": model_path, "train": spec["train"], "grpo": dict(spec["grpo"]), "rewards": spec["rewards"], "trl": dict(spec["trl"])}
+def training_settings(spec: dict) -> dict:
+    """The settings that change what the checkpoints hold: the spec's grpo, rewards and trl sections minus
+    RESUMABLE_CHANGES. ``total_steps`` counts when the learning-rate schedule is stretched over it (cosine, or a
+    warmup ratio): continuing under another total would change the rate of every remaining step."""
+    settings = {"grpo": dict(spec["grpo"]), "rewards": spec["rewards"], "trl": dict(spec["trl"])}
     for section, key in RESUMABLE_CHANGES:
-        setup[section].pop(key, None)
-    return setup
+        settings[section].pop(key, None)
+    grpo = spec["grpo"]
+    if grpo.get("lr_scheduler", "constant") != "constant" or grpo.get("lr_warmup_ratio", 0):
+        settings["grpo"]["total_steps"] = grpo["total_steps"]
+    return settings
+
+
+def identity(spec: dict, model_path: str) -> dict:
+    """What the checkpoints are trained from (grpoflow.checkpoint_record): settings, start model, data content."""
+    return {"settings": training_settings(spec), "start_model": model_fingerprint(model_path), "data": data_fingerprint(spec["train"])}
 
 
 def prepare_checkpoint_dir(spec: dict, model_path: str) -> tuple[int, Path] | None:
     """Checks and tidies the checkpoint dir; returns (step, path) of the checkpoint to resume from, or None."""
     ckpt_dir = Path(spec["checkpoint_dir"])
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    setup = resume_setup(spec, model_path)
-    record_path = ckpt_dir / RUN_RECORD
     latest = latest_complete(ckpt_dir)
     total = spec["grpo"]["total_steps"]
-    if latest:
-        step, path = latest
-        old = read_json(record_path)["setup"] if record_path.is_file() else None
-        if old is None:
-            raise ConfigError(f"config error: {ckpt_dir} holds checkpoints that grpoflow did not write ({path.name}, no {RUN_RECORD}): point checkpoint_dir elsewhere or delete that dir")
-        if old != setup:
-            before, now = _flatten(old), _flatten(setup)
-            changed = sorted(".".join(k) for k in set(before) | set(now) if before.get(k) != now.get(k))
-            raise ConfigError(f"config error: experiments.{spec['experiment']}: the checkpoints in {ckpt_dir} were trained with different settings ({', '.join(changed)}): delete {ckpt_dir} to train from scratch, or restore those settings to resume")
-        if step > total:
-            raise ConfigError(f"config error: experiments.{spec['experiment']}.grpo.total_steps = {total} but {path} is already past it: raise total_steps, or delete {ckpt_dir} to train from scratch")
+    if latest and latest[0] > total:
+        raise ConfigError(f"config error: experiments.{spec['experiment']}.grpo.total_steps = {total} but {latest[1]} is already past it: raise total_steps, or delete {ckpt_dir} to train from scratch")
+    record.check(ckpt_dir, identity(spec, model_path), latest=latest[0] if latest else None, finished=bool(latest) and latest[0] == total,
+                 allow_change=spec.get("resume_across_changes", False), where=f"experiments.{spec['experiment']}")
     latest_step = latest[0] if latest else 0
     for step, path in checkpoints(ckpt_dir).items():
         if step > latest_step and not is_complete(path, step):
             log.warning("removing %s: its save was cut off (no complete trainer_state.json)", path)
             shutil.rmtree(path)
-    atomic_write_json(record_path, {"setup": setup, "setup_hash": config_hash(setup)})
     # Steps after the resume point are trained again: drop their rows from the live metrics.
     live = ckpt_dir / LIVE_METRICS
     atomic_write_jsonl(live, [r for r in read_metrics(live) if r.get("step", 0) <= latest_step])
@@ -368,6 +361,9 @@ def finish(spec: dict, model_path: str, final_step: int) -> dict:
         "checkpoint_format": "peft_adapter" if is_peft_checkpoint(final) else "hf_model",
         "start_model": model_path,
         "metrics_summary": rows[-1],
+        # Non-empty only when the run continued across a settings change (resume_across_changes): which steps
+        # were trained from what.
+        "settings_history": (record.read_record(ckpt_dir) or {}).get("history", []),
         "provenance": provenance({k: v for k, v in spec.items() if k not in ("marker", "metrics")}),
     }
     atomic_write_json(spec["marker"], marker)

@@ -45,6 +45,8 @@ def command(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -
         "--metrics", outputs["metrics"],
         "--config-hash", training_hash(exp),
     ]
+    if exp["resume_across_changes"]:
+        wrapper.append("--resume-across-changes")
     return f"{prefix}{shlex.join(wrapper)} -- \\\n    {ov.ENTRYPOINT} \\\n    {ov.render(items)}"
 
 

@@ -4,11 +4,16 @@
 
 1. Pre-flight (seconds, before any GPU work): the SFT model path resolved, its context fits prompt +
    response, the training Parquet has at least one batch of rows, the checkpoint dir is usable.
-2. Runs verl: directly on one node (verl starts a local Ray), through the Ray launcher
+2. The checkpoint dir's checkpoints must have been trained from this run's settings, start model and data
+   (``grpoflow.checkpoint_record``): otherwise it stops naming the change (``--resume-across-changes`` continues
+   a run that is not finished yet). Then it removes checkpoints beyond ``trainer.max_actor_ckpt_to_keep`` that
+   earlier attempts left (verl rotates only its own saves), again after verl exits.
+3. Runs verl: directly on one node (verl starts a local Ray), through the Ray launcher
    (``grpoflow/scripts/ray_slurm.sh``) on ``trainer.nnodes`` > 1. SIGTERM/SIGINT/SIGUSR1/SIGUSR2 (time limit,
-   preemption, ``--signal``) stop verl and Ray cleanly; the job then fails naming the last checkpoint, and a
-   rerun (or SLURM's requeue) resumes from it (``trainer.resume_mode=auto``).
-3. Reads ``latest_checkpointed_iteration.txt``: only when the final step equals
+   preemption, ``--signal``) stop verl and Ray; verl 0.9.1 has no handler for them and saves nothing on the way
+   out, so the steps since its last ``trainer.save_freq`` checkpoint are lost. The job then fails naming that
+   checkpoint, and a rerun (or SLURM's requeue) resumes from it (``trainer.resume_mode=auto``).
+4. Reads ``latest_checkpointed_iteration.txt``: only when the final step equals
    ``trainer.total_training_steps`` does it write ``train_metrics.jsonl`` and the completion marker. A run
    that exits 0 short of that (verl's zero-step "resume" at an epoch boundary) is an error.
 
@@ -32,6 +37,8 @@ import time
 from importlib import resources
 from pathlib import Path
 
+from grpoflow import checkpoint_record as ckrec
+from grpoflow.config import saved_steps
 from grpoflow.errors import DataError, GrpoflowError
 from grpoflow.io import atomic_write_json, atomic_write_jsonl, exclusive_dir
 from grpoflow.progress import StepProgress
@@ -193,7 +200,35 @@ def _display(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
-def train(trainer_argv: list[str], marker: str, metrics_out: str, config_hash: str | None = None) -> dict:
+def identity(ov: dict[str, str]) -> dict:
+    """What verl's checkpoints are trained from (grpoflow.checkpoint_record): the overrides that change training,
+    the start model's content, the training data's content."""
+    return {"settings": ck.training_settings(ov), "start_model": ckrec.model_fingerprint(ov["actor_rollout_ref.model.path"]),
+            "data": ckrec.data_fingerprint(ov["data.train_files"])}
+
+
+def _keep(ov: dict[str, str]) -> int | None:
+    text = ov.get("trainer.max_actor_ckpt_to_keep", "null")
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def rotate(ckpt: str, ov: dict[str, str], planned: int) -> None:
+    """At most max_checkpoints_to_keep checkpoints, earlier attempts' included (verl rotates only its own saves).
+    Never removed: the newest complete one, and the steps a finished run keeps (config.saved_steps), which is
+    where the config check (_check_merge_step) makes merge_step lie."""
+    keep = _keep(ov)
+    save_freq = int(ov.get("trainer.save_freq", planned))
+    protect = set(saved_steps(planned, save_freq, keep)) if save_freq > 0 else set()
+    try:
+        removed = ck.rotate(ckpt, keep, protect)
+    except OSError as err:  # never hide the attempt's own outcome behind a cleanup failure
+        log.warning("could not remove old checkpoints in %s: %s", ckpt, err)
+        return
+    if removed:
+        log.info("removed checkpoints of steps %s from %s (grpo.max_checkpoints_to_keep = %s)", ", ".join(map(str, removed)), ckpt, keep)
+
+
+def train(trainer_argv: list[str], marker: str, metrics_out: str, config_hash: str | None = None, resume_across_changes: bool = False) -> dict:
     if not trainer_argv:
         raise GrpoflowError("no verl command after `--`")
     ov = parse_overrides(trainer_argv)
@@ -210,7 +245,11 @@ def train(trainer_argv: list[str], marker: str, metrics_out: str, config_hash: s
         before = ck.latest_step(ckpt)
         if before is not None and before > planned:
             raise GrpoflowError(f"{ckpt} already holds step {before}, beyond grpo.total_steps = {planned}: it belongs to a longer run; raise total_steps, or set checkpoint_dir to a fresh dir")
-        if before == planned and ck.is_complete(ckpt, planned):
+        finished = before == planned and ck.is_complete(ckpt, planned)
+        # The checkpoints must be this run's: never resume, or relabel as finished, ones trained from other settings.
+        rec = ckrec.check(ckpt, identity(ov), latest=before, finished=finished, allow_change=resume_across_changes, where=f"experiments.{experiment}")
+        rotate(ckpt, ov, planned)  # what an earlier attempt left (it may have been killed before rotating)
+        if finished:
             log.info("%s already holds the final step %d: not relaunching verl", ckpt, planned)
         else:
             log.info("checkpoint dir %s: %s", ckpt, f"resuming from step {before}" if before else "no checkpoint yet, training from step 0")
@@ -225,6 +264,8 @@ def train(trainer_argv: list[str], marker: str, metrics_out: str, config_hash: s
             except Interrupted as stop:
                 last = ck.latest_step(ckpt)
                 raise GrpoflowError(f"training stopped by {stop.signame} at {_progress(last, planned)}: rerun to resume from it (SLURM requeue does so automatically)")
+            finally:
+                rotate(ckpt, ov, planned)
             after = ck.latest_step(ckpt)
             if rc != 0:
                 raise GrpoflowError(f"verl exited with status {rc} (its error is above in this log); {_progress(after, planned)}: fix the cause and rerun to resume")
@@ -249,6 +290,8 @@ def train(trainer_argv: list[str], marker: str, metrics_out: str, config_hash: s
             "nodes": nodes,
             "gpus_per_node": gpus_per_node,
             "metrics_summary": vm.summary(rows),
+            # Non-empty only when the run continued across a settings change (resume_across_changes).
+            "settings_history": rec.get("history", []),
             "trainer_command": trainer_argv,
             "provenance": prov,
         }
@@ -273,9 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--marker", required=True, help="completion marker to write (results/E/training_complete.json)")
     parser.add_argument("--metrics", required=True, help="per-step metrics to write (results/E/train_metrics.jsonl)")
     parser.add_argument("--config-hash", default=None, help="hash of the experiment's training settings (recorded in the marker)")
+    parser.add_argument("--resume-across-changes", action="store_true", help="continue from checkpoints trained with other settings (resume_across_changes: true)")
     args = parser.parse_args(argv[:split])
     setup_logging()
-    guarded(train, argv[split + 1:], args.marker, args.metrics, args.config_hash, what="train_grpo (verl)")
+    guarded(train, argv[split + 1:], args.marker, args.metrics, args.config_hash, args.resume_across_changes, what="train_grpo (verl)")
     return 0
 
 
