@@ -27,6 +27,13 @@ def test_header_range_is_every_locked_packages_requires_python():
     ]
 
 
+def test_pyproject_declares_the_lock_range():
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert declared.replace(" ", "") == python_range.header_range()
+
+
 def test_verl_bound_is_the_upper_bound():
     bounds = python_range.bounds()
     assert "<3.13" in bounds["verl"]
