@@ -30,6 +30,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
+from grpoflow import envcheck
 from grpoflow.errors import DataError, GrpoflowError
 from grpoflow.io import atomic_write_json, atomic_write_jsonl, exclusive_dir
 from grpoflow.provenance import provenance
@@ -58,6 +59,10 @@ def parse_overrides(argv: list[str]) -> dict[str, str]:
             value = value[1:-1]
         out[key] = value
     return out
+
+
+def is_main_ppo(argv: list[str]) -> bool:
+    return "verl.trainer.main_ppo" in argv[:4]
 
 
 def launcher_path() -> Path:
@@ -179,6 +184,9 @@ def train(trainer_argv: list[str], marker: str, metrics_out: str, config_hash: s
     if not trainer_argv:
         raise GrpoflowError("no verl command after `--`")
     ov = parse_overrides(trainer_argv)
+    envcheck.log_interpreter()
+    if is_main_ppo(trainer_argv):  # what main_ppo imports, checked in the interpreter that will run it
+        envcheck.check("train-verl", ov)
     preflight(ov)
     planned = int(ov["trainer.total_training_steps"])
     ckpt = ov["trainer.default_local_dir"]
