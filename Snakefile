@@ -33,6 +33,10 @@ if not workflow.overwrite_configfiles:
 include: "rules/common.smk"
 
 
+onstart:
+    check_node_shapes()
+
+
 rule all:
     default_target: True
     input:

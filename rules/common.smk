@@ -193,6 +193,17 @@ from grpoflow.evaluation.settings import evaluation_settings as _evaluation_sett
 from grpoflow.report import experiment_summary as _experiment_summary
 
 
+def check_node_shapes():
+    """onstart (before the first submission; not in dry-runs): with the SLURM executor, refuse a job no node of
+    its partition can hold (grpoflow.slurm_nodes), in one line naming the config key."""
+    from grpoflow.slurm_nodes import check_workflow
+
+    try:
+        check_workflow(workflow, log=lambda line: print(line, file=sys.stderr))
+    except ConfigError as err:
+        sys.exit(f"grpoflow: {err}")
+
+
 def training_command(experiment):
     plane = _deploy.experiment_plane(CFG.experiment(experiment))
     return JOB_ENVS[plane].command(_training_command(CFG, experiment, *training_paths(experiment)))
