@@ -20,8 +20,9 @@ from grpoflow.errors import GrpoflowError
 log = logging.getLogger("grpoflow.envcheck")
 
 # How to pick the cluster environment (docs/cluster.md, "Deployment"); named in every failure.
-HOW_TO_PICK = ("run it in the cluster environment: set cluster_env.python (or cluster_env.activate) in the config "
-               "or profile, or use --sdm conda (envs/cluster.yaml) or --sdm apptainer with cluster_env.container; see docs/cluster.md#deployment")
+HOW_TO_PICK = ("install them there (requirements/cluster.lock; flash-attn on a GPU node) or run the job in an environment "
+               "that has them: cluster_env.python or cluster_env.activate in the config or profile, --sdm conda (envs/cluster.yaml), "
+               "or --sdm apptainer with cluster_env.container (docs/cluster.md#deployment)")
 
 # (module that must be importable, pip package that provides it)
 VERL = ("verl", "verl==0.9.1")
