@@ -51,7 +51,8 @@ def cluster_python(tmp_path_factory) -> str:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, capture_output=True)
     py = root / "bin" / "python"
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
-    Path(site, "grpoflow-local-packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # addsitedir (not a plain path line): the local site-packages' own .pth files (editable installs) apply too.
+    Path(site, "grpoflow-local-packages.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", site, lock_pin("TransferQueue")],
                           capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
