@@ -6,7 +6,7 @@ adds what the local one lacks, TransferQueue (verl's default v1 trainer imports 
 requirements/cluster.lock, pure Python). It is named once, with `--config cluster_env={python: ...}`. Each job's
 log says which interpreter ran it (grpoflow.envcheck), and the test asserts that from the jobs' own logs:
 
-- train_grpo (backend verl): runs under the cluster interpreter; its environment check finds verl and
+- train_grpo (backend verl): runs under the cluster interpreter (named by path, or by an activation prefix); its environment check finds verl and
   transfer_queue there and stops the job in seconds naming vllm and flash-attn, which need CUDA wheels and are
   not installed here (this is where it stops here). Without cluster_env the same job runs under Snakemake's
   interpreter and the check also names TransferQueue.
@@ -126,10 +126,17 @@ def run_train(wd: Path, files: list[str], extra: list[str]) -> str:
     return out
 
 
-def test_train_grpo_runs_in_the_named_cluster_env_and_stops_where_cuda_is_needed(local_slurm, cluster_python, tiny, tmp_path):
+@pytest.mark.parametrize("way", ["python", "activate"])
+def test_train_grpo_runs_in_the_named_cluster_env_and_stops_where_cuda_is_needed(local_slurm, cluster_python, tiny, tmp_path, way):
+    """cluster_env.python (the interpreter by path) or cluster_env.activate (the job sources the venv's activate
+    script, then runs `python`; a module system's `module load` is not available here)."""
     wd = make_workdir(fresh(tmp_path / "cluster"))
     files = configfiles(tmp_path, tiny["base"])
-    out = run_train(wd, files, ["--config", f"cluster_env={{python: {cluster_python}}}"])
+    if way == "python":
+        setting = f"cluster_env={{python: {cluster_python}}}"
+    else:
+        setting = f"cluster_env={{activate: 'source {Path(cluster_python).parent / 'activate'}'}}"
+    out = run_train(wd, files, ["--config", setting])
     log = wd / "logs" / "train_grpo" / f"{EXP}.log"
     assert interpreter(log) == cluster_python
     line = error_line(log)
@@ -137,7 +144,10 @@ def test_train_grpo_runs_in_the_named_cluster_env_and_stops_where_cuda_is_needed
     assert "TransferQueue" not in line and "verl==" not in line and "cluster_env.python or cluster_env.activate" in line
     assert "environment check for" not in log.read_text()  # it stopped at the check: no Ray, no verl
     # The command Snakemake printed (and sbatch ran) names the cluster interpreter for the wrapper and for verl.
-    assert f"{cluster_python} -m grpoflow.verl.train" in out and f"{cluster_python} -m verl.trainer.main_ppo" in out
+    if way == "python":
+        assert f"{cluster_python} -m grpoflow.verl.train" in out and f"{cluster_python} -m verl.trainer.main_ppo" in out
+    else:
+        assert f"source {Path(cluster_python).parent / 'activate'} && python -m grpoflow.verl.train" in out
 
 
 def test_without_cluster_env_train_grpo_runs_in_snakemakes_env_and_names_the_setting(local_slurm, tiny, tmp_path):
