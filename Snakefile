@@ -18,9 +18,8 @@ min_version("9.0")
 _SRC = os.path.join(workflow.basedir, "src")
 sys.path.insert(0, _SRC)
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (_SRC, os.environ.get("PYTHONPATH")) if p))
-# Shell jobs call `python`: make it this Snakemake's interpreter (e.g. .venv/bin/python) even when the venv is
-# not activated. Under --sdm conda, activating a rule's env puts that env's python first again.
-os.environ.update(PATH=os.pathsep.join((os.path.dirname(sys.executable), os.environ.get("PATH", ""))))
+# PATH is left alone: each job names its interpreter explicitly (grpoflow.deployment), so what runs in a job
+# never depends on what the submitter's PATH or activated venv happened to be.
 
 
 # The embedded default, unless --configfile names another: Snakemake would otherwise *merge* both, and a
@@ -32,6 +31,10 @@ if not workflow.overwrite_configfiles:
 
 
 include: "rules/common.smk"
+
+
+onstart:
+    check_node_shapes()
 
 
 rule all:

@@ -31,17 +31,48 @@ wildcard_constraints:
 ENV_LOCAL = "../envs/local.yaml"
 ENV_CLUSTER = "../envs/cluster.yaml"
 
+# ---- which environment runs each job (grpoflow.deployment: --sdm conda / apptainer, cluster_env, or Snakemake's) ----
+from grpoflow import deployment as _deploy
+
+JOB_ENVS = _deploy.job_envs(config, _deploy.deployment_methods(workflow))
+_CONDA_ENVS = {_deploy.CLUSTER: ENV_CLUSTER, _deploy.LOCAL: ENV_LOCAL}
+
 
 def exp(wildcards):
     return CFG.experiment(wildcards.experiment)
 
 
+def experiment_plane(wildcards):
+    return _deploy.experiment_plane(exp(wildcards))
+
+
+def evaluation_plane():
+    return _deploy.evaluation_plane(CFG.evaluation)
+
+
 def experiment_env(wildcards):
-    return ENV_CLUSTER if exp(wildcards)["backend"] == "verl" else ENV_LOCAL
+    return _CONDA_ENVS[experiment_plane(wildcards)]
 
 
 def evaluation_env(wildcards):
-    return ENV_CLUSTER if CFG.evaluation["backend"] == "vllm" else ENV_LOCAL
+    return _CONDA_ENVS[evaluation_plane()]
+
+
+def experiment_python(wildcards):
+    return JOB_ENVS[experiment_plane(wildcards)].run()
+
+
+def evaluation_python():
+    return JOB_ENVS[evaluation_plane()].run()
+
+
+def experiment_container(wildcards):
+    # Only cluster-plane jobs run in the image (--sdm apptainer); the local plane stays in Snakemake's env.
+    return _deploy.cluster_container(config) if experiment_plane(wildcards) == _deploy.CLUSTER else None
+
+
+def evaluation_container(wildcards):
+    return _deploy.cluster_container(config) if evaluation_plane() == _deploy.CLUSTER else None
 
 
 # ---- data ---------------------------------------------------------------------------------------------------
@@ -174,8 +205,37 @@ class _TrainingSummary:
 TRAINING_SUMMARY = _TrainingSummary()
 
 
+def check_node_shapes():
+    """onstart (before the first submission; not in dry-runs): with the SLURM executor, refuse a job no node of
+    its partition can hold (grpoflow.slurm_nodes), in one line naming the config key."""
+    from grpoflow.slurm_nodes import check_workflow
+
+    try:
+        check_workflow(workflow, log=lambda line: print(line, file=sys.stderr))
+    except ConfigError as err:
+        sys.exit(f"grpoflow: {err}")
+
+
 def training_command(experiment):
-    return _training_command(CFG, experiment, *training_paths(experiment))
+    plane = _deploy.experiment_plane(CFG.experiment(experiment))
+    return JOB_ENVS[plane].command(_training_command(CFG, experiment, *training_paths(experiment)))
+
+
+def merge_job(wildcards, input, output):
+    """merge_checkpoint's arguments (JSON) for `python -m grpoflow.workflow merge_checkpoint`."""
+    e = exp(wildcards)
+    return json.dumps({"backend": e["backend"], "checkpoint_dir": CFG.checkpoint_dir(wildcards.experiment), "step": e["merge_step"],
+                       "sft_json": input.sft, "marker": input.marker, "out_dir": output.model})
+
+
+def evaluate_job(wildcards, input, output, threads):
+    """evaluate's arguments (JSON) for `python -m grpoflow.workflow evaluate`."""
+    return json.dumps({
+        "model_name": wildcards.model, "model": model_params(wildcards.model), "benchmark_name": wildcards.benchmark,
+        "benchmark": CFG.evaluation["benchmarks"][wildcards.benchmark], "prompt": benchmark_prompt(wildcards.benchmark),
+        "settings": evaluation_settings(), "inputs": dict(input.items()), "metrics_path": output.metrics,
+        "samples_path": output.samples, "threads": threads,
+    })
 
 
 def benchmark_prompt(benchmark):

@@ -14,6 +14,9 @@ rule evaluate:
         benchmark_file=lambda wc: file_fingerprint(benchmark_files(wc.benchmark)),
         benchmark_prompt=lambda wc: benchmark_prompt(wc.benchmark),
         settings=lambda wc: evaluation_settings(),
+        # vLLM needs the cluster env, the transformers backend runs in the local one (grpoflow.deployment).
+        python=lambda wc: evaluation_python(),
+        job=evaluate_job,
     resources:
         gpu=CFG.evaluation["resources"]["gpus"],
         cpus_per_task=CFG.evaluation["resources"]["cpus_per_task"],
@@ -24,8 +27,10 @@ rule evaluate:
         "logs/evaluate/{model}/{benchmark}.log",
     conda:
         evaluation_env
-    script:
-        "../workflow/scripts/evaluate.py"
+    container:
+        evaluation_container
+    shell:
+        "{params.python} -m grpoflow.workflow evaluate --log {log} --kwargs {params.job:q}"
 
 
 # `snakemake baselines`: evaluate the SFT starting points and the external models on every benchmark, with no

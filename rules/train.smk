@@ -46,6 +46,8 @@ rule train_grpo:
         "logs/train_grpo/{experiment}.log",
     conda:
         experiment_env
+    container:
+        experiment_container
     shell:
         # SLURM signals every process of the job (scancel, time limit, --signal). TRL then finishes its step, saves a
         # checkpoint and exits 1; verl 0.9.1 has no handler and saves nothing (the steps since its last save_freq
@@ -65,9 +67,14 @@ rule merge_checkpoint:
         backend=lambda wc: exp(wc)["backend"],
         checkpoint_dir=lambda wc: CFG.checkpoint_dir(wc.experiment),
         step=lambda wc: exp(wc)["merge_step"],
+        # The interpreter of the experiment's plane (grpoflow.deployment): verl's merger needs the cluster env.
+        python=experiment_python,
+        job=merge_job,
     log:
         "logs/merge_checkpoint/{experiment}.log",
     conda:
         experiment_env
-    script:
-        "../workflow/scripts/merge_checkpoint.py"
+    container:
+        experiment_container
+    shell:
+        "{params.python} -m grpoflow.workflow merge_checkpoint --log {log} --kwargs {params.job:q}"

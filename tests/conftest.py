@@ -22,10 +22,14 @@ def default_config() -> dict:
 def local_slurm() -> dict:
     """A real SLURM on this host, shared by every SLURM test of the session: two slurmd nodes (one-node jobs
     schedule on either), partition gpu, 8 stand-in GPUs per node (tests/slurm/start.sh). Skips visibly where the
-    machine cannot run one."""
-    from grpoflow_testing import start_local_slurm
+    machine cannot run one (fails under CI=true). Stops at the end of the session what it started itself (a
+    cluster that was already running, e.g. a developer's, is left running)."""
+    from grpoflow_testing import start_local_slurm, stop_local_slurm
 
-    return start_local_slurm(nodes=2)
+    cluster = start_local_slurm(nodes=2)
+    yield cluster
+    if cluster["started"]:
+        stop_local_slurm()
 
 
 @pytest.fixture(scope="session")

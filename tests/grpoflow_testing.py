@@ -47,19 +47,32 @@ def snakemake(args: list[str], workdir: Path, *, env: dict | None = None, timeou
     return proc
 
 
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def unavailable(reason: str):
+    """A test that cannot set up what it needs: skipped on a developer's machine, failed under CI=true (CI must
+    not pass without the evidence it claims)."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI=true: this test must run here, not skip)", pytrace=False)
+    pytest.skip(reason)
+
+
 def ensure_debian_tool(binary: str, package: str) -> str:
-    """The path of ``binary``; installs Debian's ``package`` when missing and we are root, else skips visibly."""
+    """The path of ``binary``; installs Debian's ``package`` when missing and we are root, else skips visibly
+    (fails under CI=true)."""
     found = shutil.which(binary)
     if found:
         return found
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        pytest.skip(f"{binary} not installed and cannot apt-get install {package} here (not root or no apt)")
+        unavailable(f"{binary} not installed and cannot apt-get install {package} here (not root or no apt)")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-qq"], check=False, env=env, capture_output=True, timeout=300)
     proc = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", package], env=env, capture_output=True, text=True, timeout=600)
     found = shutil.which(binary)
     if not found:
-        pytest.skip(f"apt-get install {package} failed: {proc.stderr.strip()[-300:]}")
+        unavailable(f"apt-get install {package} failed: {proc.stderr.strip()[-300:]}")
     return found
 
 
@@ -88,18 +101,39 @@ SNAKEMAKE_CI = [str(BIN / "python"), str(REPO / "tests" / "slurm" / "snakemake_c
 SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+)")
 
 
+SLURM_STOP = REPO / "tests" / "slurm" / "stop.sh"
+SLURM_PIDS = Path("/run/grpoflow-slurm")
+
+
+def local_slurm_running() -> bool:
+    """Is a slurmctld that tests/slurm/start.sh started alive (e.g. left by a developer's earlier session)?"""
+    pid = SLURM_PIDS / "slurmctld.pid"
+    try:
+        os.kill(int(pid.read_text().strip()), 0)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 def start_local_slurm(nodes: int = 2) -> dict:
     """Start (or find running) the local cluster of tests/slurm/start.sh: ``nodes`` slurmd on this host, partition
     ``gpu``, 8 stand-in GPUs per node. Skips, with the script's reason, where this machine cannot run SLURM (exit
-    77: not root, no apt-get). Returns {"nodes": [...], "partition": "gpu", "start_s": seconds the script took}."""
+    77: not root, no apt-get); fails there instead under CI=true. Returns {"nodes": [...], "partition": "gpu",
+    "start_s": seconds the script took, "started": whether this call started the daemons (then stop_local_slurm)}."""
     started = time.monotonic()
+    was_running = local_slurm_running()
     env = {**os.environ, "FAKE_NODES": str(nodes)}
     proc = subprocess.run(["bash", str(SLURM_START)], capture_output=True, text=True, env=env, timeout=900)
     if proc.returncode == 77:
-        pytest.skip(f"local SLURM unavailable: {proc.stderr.strip()}")
+        unavailable(f"local SLURM unavailable: {proc.stderr.strip()}")
     assert proc.returncode == 0, f"tests/slurm/start.sh failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     names = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, check=True).stdout.split()
-    return {"nodes": sorted(set(names)), "partition": "gpu", "start_s": round(time.monotonic() - started, 1)}
+    return {"nodes": sorted(set(names)), "partition": "gpu", "start_s": round(time.monotonic() - started, 1), "started": not was_running}
+
+
+def stop_local_slurm() -> None:
+    """Stop the daemons tests/slurm/start.sh started (by their pid files; munge too)."""
+    subprocess.run(["bash", str(SLURM_STOP)], capture_output=True, text=True, timeout=120, check=False)
 
 
 def snakemake_slurm_command(args: list[str], workdir: Path, timeout: int) -> list[str]:

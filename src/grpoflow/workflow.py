@@ -69,6 +69,61 @@ def guarded(fn: Callable[..., Any], *args: Any, log_file: str | None = None, wha
 
 def run_job(snakemake: Any, fn: Callable[..., Any], **kwargs: Any) -> Any:
     """Entry point of every ``workflow/scripts/*.py``: log setup + ``guarded(fn, **kwargs)``."""
+    from grpoflow.envcheck import log_interpreter
+
     log_file = snakemake.log[0] if len(snakemake.log) else None
     setup_logging(log_file)
+    log_interpreter()
     return guarded(fn, log_file=log_file, what=f"rule {snakemake.rule}", **kwargs)
+
+
+# ---- shell rules whose interpreter the deployment picks (grpoflow.deployment) ------------------------------------
+# `script:` rules always run in Snakemake's own interpreter (unless --sdm conda), so the jobs that may need the
+# cluster environment are `shell:` rules calling `<python> -m grpoflow.workflow JOB --log L --kwargs JSON`: one
+# library function each, with the environment check of that job first (before any heavy import).
+
+def _merge_check(kw: dict) -> str | None:
+    return "merge-verl" if kw.get("backend") == "verl" else None
+
+
+def _evaluate_check(kw: dict) -> str | None:
+    return "eval-vllm" if (kw.get("settings") or {}).get("backend") == "vllm" else None
+
+
+SHELL_JOBS = {
+    "merge_checkpoint": ("grpoflow.merge", "merge_checkpoint", _merge_check),
+    "evaluate": ("grpoflow.evaluation.run", "evaluate", _evaluate_check),
+}
+
+
+def run_shell_job(name: str, log_file: str | None, kwargs: dict) -> Any:
+    import importlib
+
+    from grpoflow import envcheck
+
+    setup_logging(log_file)
+    envcheck.log_interpreter()
+    module, func, needs = SHELL_JOBS[name]
+    kind = needs(kwargs)
+    if kind:
+        guarded(envcheck.check, kind, log_file=log_file, what=f"rule {name}")
+    fn = getattr(importlib.import_module(module), func)
+    return guarded(fn, log_file=log_file, what=f"rule {name}", **kwargs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m grpoflow.workflow", description="Run one workflow job (what a rule calls).")
+    parser.add_argument("job", choices=sorted(SHELL_JOBS))
+    parser.add_argument("--log", default=None, help="the rule's log file")
+    parser.add_argument("--kwargs", required=True, help="the job's arguments as a JSON object")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    run_shell_job(args.job, args.log, json.loads(args.kwargs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

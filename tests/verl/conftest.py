@@ -3,27 +3,15 @@ genuine verl checkpoints."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from verlkit import REPO, merge_kit
+from verlkit import merge_kit
 
 import grpoflow.verl.checks  # noqa: F401  (registers the verl config check, as grpoflow.config does)
 
 
-@pytest.fixture(scope="session")
-def local_slurm() -> dict:
-    """A real SLURM with two slurmd nodes on this host (tests/slurm/start.sh); skips visibly when the machine
-    cannot run one (not root, no apt-get)."""
-    env = {**os.environ, "FAKE_NODES": "2"}
-    proc = subprocess.run(["bash", str(REPO / "tests/slurm/start.sh")], capture_output=True, text=True, env=env, timeout=900)
-    if proc.returncode == 77:
-        pytest.skip(f"local SLURM unavailable: {proc.stderr.strip()}")
-    assert proc.returncode == 0, f"tests/slurm/start.sh failed:\n{proc.stdout}\n{proc.stderr}"
-    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, check=True).stdout.split()
-    return {"nodes": sorted(set(nodes))}
+# local_slurm: tests/conftest.py (two slurmd nodes; fails instead of skipping under CI=true).
 
 
 @pytest.fixture(scope="session")

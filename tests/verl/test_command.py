@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -179,7 +180,8 @@ def test_dry_run_prints_the_verl_command_and_sbatch_resources(tmp_path):
     block = out[out.index("train qwen3-32b-gsm8k with verl. GPU memory per GPU"):]
     assert "margin +13.9 GiB, fits" in block and "loses up to 25 steps" in block
     assert "nodes=1, gpu=8" in block and "cpus_per_task=160" in block and "mem_mb=900000" in block and "runtime=2880" in block
-    assert "python -m verl.trainer.main_ppo" in block and "actor_rollout_ref.rollout.tensor_model_parallel_size=4" in block
+    # No cluster_env: Snakemake's own interpreter, by absolute path (grpoflow.deployment).
+    assert re.search(r" /\S+/python[\d.]* -m verl\.trainer\.main_ppo", block) and "actor_rollout_ref.rollout.tensor_model_parallel_size=4" in block
     two = tmp_path / "two-nodes.yaml"
     two.write_text(json.dumps(deep_merge(load("config/qwen3-8b-gsm8k.yaml"), {"defaults": {"resources": {"nodes": 2}}})))
     out = snakemake(["results/qwen3-8b-gsm8k/training_complete.json", "-n", "-p", "--profile", str(repo / "profiles/slurm"),

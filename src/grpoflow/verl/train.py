@@ -38,6 +38,7 @@ from importlib import resources
 from pathlib import Path
 
 from grpoflow import checkpoint_record as ckrec
+from grpoflow import envcheck
 from grpoflow.config import saved_steps
 from grpoflow.errors import DataError, GrpoflowError
 from grpoflow.io import atomic_write_json, atomic_write_jsonl, exclusive_dir
@@ -50,6 +51,9 @@ from grpoflow.verl.memory import at_job_start as memory_estimate
 log = logging.getLogger("grpoflow.verl.train")
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+# Set (to 1, via verl.env) only to run verl's CPU-reachable start (Hydra, validate_config, Ray) in an environment
+# without the GPU stack, as the CI test of the multi-node launcher does.
+SKIP_ENV_CHECK = "GRPOFLOW_SKIP_ENV_CHECK"
 STOP_GRACE_S = 90  # verl/vLLM/Ray need a moment to release GPUs; then everything left is killed
 REQUIRED = (
     "trainer.total_training_steps", "trainer.default_local_dir", "trainer.n_gpus_per_node",
@@ -69,6 +73,10 @@ def parse_overrides(argv: list[str]) -> dict[str, str]:
             value = value[1:-1]
         out[key] = value
     return out
+
+
+def is_main_ppo(argv: list[str]) -> bool:
+    return "verl.trainer.main_ppo" in argv[:4]
 
 
 def launcher_path() -> Path:
@@ -232,6 +240,12 @@ def train(trainer_argv: list[str], marker: str, metrics_out: str, config_hash: s
     if not trainer_argv:
         raise GrpoflowError("no verl command after `--`")
     ov = parse_overrides(trainer_argv)
+    envcheck.log_interpreter()
+    if is_main_ppo(trainer_argv):  # what main_ppo imports, checked in the interpreter that will run it
+        if os.environ.get(SKIP_ENV_CHECK) == "1":
+            log.warning("%s=1: environment check skipped; verl fails at its own import if a package is missing", SKIP_ENV_CHECK)
+        else:
+            envcheck.check("train-verl", ov)
     preflight(ov)
     log.info("%s", memory_estimate(ov))  # the config-load GPU-memory estimate, redone with the model's config.json
     planned = int(ov["trainer.total_training_steps"])

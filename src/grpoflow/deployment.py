@@ -1,0 +1,91 @@
+"""Which environment (Python interpreter) each job runs in, chosen explicitly per job.
+
+Two planes:
+
+- the *local* plane (data, discovery, TRL training and merging, transformers evaluation, report): Snakemake's
+  own interpreter (``sys.executable``). Under SLURM the plugin starts the in-job Snakemake with the
+  submitter's interpreter, so this is the same environment on the login node and in the job.
+- the *cluster* plane (``train_grpo`` with backend verl, ``merge_checkpoint`` of verl experiments,
+  ``evaluate`` with ``evaluation.backend: vllm``): verl + vLLM (+ TransferQueue, flash-attn), which the local
+  environment does not hold. Picked, in this order, by
+    1. ``--sdm conda``: the rule's conda env (envs/cluster.yaml) is activated, so ``python`` is its interpreter;
+    2. ``--sdm apptainer`` with ``cluster_env.container``: the job runs in that image and ``python`` is the image's;
+    3. ``cluster_env.python``: that interpreter, by absolute path;
+    4. ``cluster_env.activate``: a shell prefix (``module load ...; source .../bin/activate``) run first, then ``python``;
+    5. none of these: Snakemake's own interpreter. The job's environment check (grpoflow.envcheck) then stops it
+       in seconds naming what is missing and these settings.
+
+No job relies on ``PATH`` set by whoever ran Snakemake: an interpreter path is written into the command
+(``snakemake -n -p`` shows it), or the environment is activated by the job itself. The interpreter is part of
+the commands' params, so switching the cluster environment reruns those jobs, as Snakemake's own
+``software-env`` trigger does for a changed conda env.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from dataclasses import dataclass
+
+CLUSTER, LOCAL = "cluster", "local"
+# Every interpreter call in the commands grpoflow composes is written `python -m <module>`.
+_PYTHON_CALL = re.compile(r"(?<![\w/.-])python(?= -m )")
+
+
+@dataclass(frozen=True)
+class JobEnv:
+    """How a job's shell reaches its interpreter: ``setup`` (run first; may be empty) then ``python``."""
+
+    setup: str
+    python: str
+
+    def command(self, command: str) -> str:
+        """``command`` (which calls ``python -m ...``) run with this environment's interpreter."""
+        body = _PYTHON_CALL.sub(lambda _m: self.python, command)
+        return f"{self.setup} && {body}" if self.setup else body
+
+    def run(self) -> str:
+        """The words that start this environment's interpreter in a shell rule: ``{params.python} -m ...``."""
+        return f"{self.setup} && {self.python}" if self.setup else self.python
+
+
+def deployment_methods(workflow) -> set[str]:
+    """Snakemake's --software-deployment-method values in effect ('conda', 'apptainer', 'env-modules')."""
+    methods = getattr(getattr(workflow, "deployment_settings", None), "deployment_method", None) or ()
+    return {m.name.lower() for m in methods}
+
+
+def job_envs(raw_config: dict, methods: set[str], local_python: str | None = None) -> dict[str, JobEnv]:
+    """The JobEnv of each plane for this Snakemake invocation (see the module docstring for the order)."""
+    local_python = shlex.quote(local_python or sys.executable)
+    conda = "conda" in methods
+    spec = raw_config.get("cluster_env") or {}
+    local = JobEnv("", "python" if conda else local_python)
+    if conda or ("apptainer" in methods and spec.get("container")):
+        cluster = JobEnv("", "python")
+    elif spec.get("python"):
+        cluster = JobEnv("", shlex.quote(spec["python"]))
+    elif spec.get("activate"):
+        cluster = JobEnv(spec["activate"].strip().rstrip(";"), "python")
+    else:
+        cluster = JobEnv("", local_python)
+    return {LOCAL: local, CLUSTER: cluster}
+
+
+def cluster_container(raw_config: dict) -> str | None:
+    """The image cluster-plane jobs run in under --sdm apptainer (``cluster_env.container``), else None."""
+    return (raw_config.get("cluster_env") or {}).get("container") or None
+
+
+def experiment_plane(exp: dict) -> str:
+    return CLUSTER if exp["backend"] == "verl" else LOCAL
+
+
+def evaluation_plane(evaluation: dict) -> str:
+    return CLUSTER if evaluation.get("backend") == "vllm" else LOCAL
+
+
+def describe(envs: dict[str, JobEnv]) -> str:
+    """One line for the log of a Snakemake run: which interpreter each plane's jobs use."""
+    return "; ".join(f"{plane} jobs: {env.run()}" for plane, env in envs.items())
