@@ -29,7 +29,6 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
-
 include: "rules/common.smk"
 
 

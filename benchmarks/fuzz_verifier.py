@@ -39,8 +39,10 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     done, slowest, slowest_pair, findings, chars = 0, 0.0, None, [], 0
     while done < args.n:
-        batch = [adversarial.random_completion(rng, args.hostile_rate, args.max_size)
-                 for _ in range(min(args.chunk, args.n - done))]
+        batch = [
+            adversarial.random_completion(rng, args.hostile_rate, args.max_size)
+            for _ in range(min(args.chunk, args.n - done))
+        ]
         chars += sum(len(c) for c, _ in batch)
         report = adversarial.run_like_verl(batch, threads=args.threads, deadline_s=deadline)
         done += report.n
@@ -50,14 +52,21 @@ def main(argv=None) -> int:
         if report.unfinished:
             print(f"{report.unfinished} call(s) never returned: stopping", flush=True)
             break
-        print(f"{done:7d} completions, {time.perf_counter() - start:7.1f}s, slowest call {slowest:.3f}s, "
-              f"findings {len(findings)}", flush=True)
+        print(
+            f"{done:7d} completions, {time.perf_counter() - start:7.1f}s, slowest call {slowest:.3f}s, "
+            f"findings {len(findings)}",
+            flush=True,
+        )
     elapsed = time.perf_counter() - start
-    print(f"\n{done} completions ({chars / max(done, 1):,.0f} characters on average, {args.hostile_rate:.0%} hostile), "
-          f"{args.threads} threads, {pool.size} math-verify workers (budget {pool.soft_timeout:g}s soft / "
-          f"{pool.hard_timeout:g}s hard): {elapsed:.1f}s, {done / elapsed:,.0f} completions/s")
-    print(f"slowest call {slowest:.3f}s (deadline {deadline:g}s): "
-          f"{(slowest_pair[0][:160] + '...', slowest_pair[1]) if slowest_pair else None!r}")
+    print(
+        f"\n{done} completions ({chars / max(done, 1):,.0f} characters on average, {args.hostile_rate:.0%} hostile), "
+        f"{args.threads} threads, {pool.size} math-verify workers (budget {pool.soft_timeout:g}s soft / "
+        f"{pool.hard_timeout:g}s hard): {elapsed:.1f}s, {done / elapsed:,.0f} completions/s"
+    )
+    print(
+        f"slowest call {slowest:.3f}s (deadline {deadline:g}s): "
+        f"{(slowest_pair[0][:160] + '...', slowest_pair[1]) if slowest_pair else None!r}"
+    )
     print(f"verifier counters: {stats()}")
     print(f"unevaluable ground truths: {bad_ground_truths()}")
     for took, completion, truth in findings[:10]:

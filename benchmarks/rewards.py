@@ -128,7 +128,9 @@ def gsm8k_items(rows: list[dict], n_groups: int, group: int, rng: random.Random)
                 final = f"<answer>{text}</answer>"
             else:
                 final = f"{summary}\n\nSo the answer is ${B}{{\\${text}}}$."
-            items.append(Item("gsm8k", f"{style}/{fmt}", think + final + "<|im_end|>", truth, correct, len(items) // group))
+            items.append(
+                Item("gsm8k", f"{style}/{fmt}", think + final + "<|im_end|>", truth, correct, len(items) // group)
+            )
     return items
 
 
@@ -138,7 +140,12 @@ def gsm8k_items(rows: list[dict], n_groups: int, group: int, rng: random.Random)
 # (truth, [equivalent forms], [wrong forms], rounded decimal or None)
 MATH_KEYS = [
     ("\\frac{3}{4}", ["0.75", "\\dfrac{3}{4}", "\\frac{6}{8}"], ["\\frac{4}{3}", "\\frac{3}{8}"], None),
-    ("\\frac{\\sqrt{3}}{2}", ["\\frac{3}{2\\sqrt{3}}", "\\dfrac{\\sqrt3}{2}"], ["\\frac{\\sqrt{2}}{2}", "\\sqrt{3}"], "0.866025"),
+    (
+        "\\frac{\\sqrt{3}}{2}",
+        ["\\frac{3}{2\\sqrt{3}}", "\\dfrac{\\sqrt3}{2}"],
+        ["\\frac{\\sqrt{2}}{2}", "\\sqrt{3}"],
+        "0.866025",
+    ),
     ("2\\sqrt{2}", ["\\sqrt{8}", "2 \\sqrt 2"], ["\\sqrt{2}", "4\\sqrt{2}"], "2.828427"),
     ("4\\pi", ["\\pi \\cdot 4", "4 \\pi"], ["2\\pi", "8\\pi"], "12.566371"),
     ("\\frac{\\pi}{3}", ["\\frac{1}{3}\\pi", "\\frac13\\pi"], ["\\frac{\\pi}{6}", "\\frac{2\\pi}{3}"], "1.047198"),
@@ -148,7 +155,12 @@ MATH_KEYS = [
     ("-3, 2", ["2, -3", "x = -3, x = 2"], ["-3", "3, -2"], None),
     ("x^2 + 2x + 1", ["(x+1)^2", "x^2 + x + x + 1"], ["x^2 + 1", "(x-1)^2"], None),
     ("1 + 2i", ["2i + 1"], ["1 - 2i", "2 + i"], None),
-    ("\\begin{pmatrix} 1 \\\\ -2 \\end{pmatrix}", ["\\begin{pmatrix}1\\\\-2\\end{pmatrix}"], ["\\begin{pmatrix} -2 \\\\ 1 \\end{pmatrix}"], None),
+    (
+        "\\begin{pmatrix} 1 \\\\ -2 \\end{pmatrix}",
+        ["\\begin{pmatrix}1\\\\-2\\end{pmatrix}"],
+        ["\\begin{pmatrix} -2 \\\\ 1 \\end{pmatrix}"],
+        None,
+    ),
     ("1011_2", ["1011"], ["11", "1101_2"], None),
     ("\\text{(B)}", ["B", "\\textbf{(B)}"], ["\\text{(C)}", "D"], None),
     ("30^\\circ", ["30", "30^{\\circ}"], ["60^\\circ", "150"], None),
@@ -200,11 +212,13 @@ def math_items(n_groups: int, group: int, rng: random.Random, start_group: int) 
             else:
                 shown, correct, kind = rounded, False, "rounded decimal"
             lead = "\n\n".join(rng.sample(MATH_THINK, 2))
-            ending = rng.choice([
-                f"{lead}\n\nTherefore, the final answer is $\\boxed{{{shown}}}$.",
-                f"{lead}\n\n**Final Answer**\n\\[\n\\boxed{{{shown}}}\n\\]",
-                f"{lead}\n\nThus the answer is $\\boxed{{{shown}}}$.",
-            ])
+            ending = rng.choice(
+                [
+                    f"{lead}\n\nTherefore, the final answer is $\\boxed{{{shown}}}$.",
+                    f"{lead}\n\n**Final Answer**\n\\[\n\\boxed{{{shown}}}\n\\]",
+                    f"{lead}\n\nThus the answer is $\\boxed{{{shown}}}$.",
+                ]
+            )
             items.append(Item("math", kind, think + ending + "<|im_end|>", truth, correct, start_group + g))
     return items
 
@@ -230,8 +244,13 @@ def build(n: int, group: int, seed: int) -> list[Item]:
 def run_grpoflow(items: list[Item]) -> tuple[list[bool], float]:
     from grpoflow.rewards import RewardSet, Sample, groups_of
 
-    rset = RewardSet({"funcs": ["accuracy", "format2", "cosine", "length"], "normalize": "per_prompt",
-                      "params": {"cosine": {"max_len": 8192}}})
+    rset = RewardSet(
+        {
+            "funcs": ["accuracy", "format2", "cosine", "length"],
+            "normalize": "per_prompt",
+            "params": {"cosine": {"max_len": 8192}},
+        }
+    )
     start = time.perf_counter()
     samples = [Sample(it.completion, it.truth, n_tokens=len(it.completion) // 4) for it in items]
     scores = rset.score(samples, groups_of([it.group for it in items]))
@@ -255,9 +274,8 @@ def warm_up() -> float:
     """Start grpoflow's math-verify workers (timed: a one-off cost) and make math-verify's first call."""
     from math_verify import parse, verify
 
-    from grpoflow.rewards._sandbox import default_pool
-
     from grpoflow.rewards._mv_worker import WARMUP
+    from grpoflow.rewards._sandbox import default_pool
 
     # The same generic warm-up grpoflow's workers do at start (latex2sympy's parser caches fill lazily).
     for gold, pred in WARMUP:
@@ -273,9 +291,14 @@ def hostile_items(items: list[Item], rate: float, seed: int) -> list[Item]:
 
     rng = random.Random(seed + 1)
     answers = adversarial.PATHOLOGICAL_ANSWERS + [
-        adversarial.hostile("letter_run_after_number", 2000), adversarial.hostile("letter_run_in_box", 5000),
-        adversarial.hostile("nested_frac", 500), adversarial.hostile("nested_boxes", 2000),
-        adversarial.hostile("digits", 3000), "((99^{99})^{99})^{99}", "(10^{10})!", "2^{2^{2^{2^{2}}}}",
+        adversarial.hostile("letter_run_after_number", 2000),
+        adversarial.hostile("letter_run_in_box", 5000),
+        adversarial.hostile("nested_frac", 500),
+        adversarial.hostile("nested_boxes", 2000),
+        adversarial.hostile("digits", 3000),
+        "((99^{99})^{99})^{99}",
+        "(10^{10})!",
+        "2^{2^{2^{2^{2}}}}",
     ]
     out = list(items)
     for i in rng.sample(range(len(items)), int(len(items) * rate)):
@@ -292,8 +315,12 @@ def threaded_rate(items: list[Item], threads: int) -> dict:
 
     reset_caches()
     report = adversarial.run_like_verl([(it.completion, it.truth) for it in items], threads=threads, deadline_s=600)
-    return {"rate": report.n / report.seconds, "slowest": report.slowest_s, "errors": report.errors,
-            "seconds": report.seconds}
+    return {
+        "rate": report.n / report.seconds,
+        "slowest": report.slowest_s,
+        "errors": report.errors,
+        "seconds": report.seconds,
+    }
 
 
 def one_run(args) -> dict:
@@ -322,8 +349,12 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--show", type=int, default=3, help="examples printed per kind of disagreement")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs, each in a fresh process; best kept")
-    ap.add_argument("--hostile", type=float, default=0.1, help="fraction of pathological completions in the "
-                    "hostile-batch case (0: skip it)")
+    ap.add_argument(
+        "--hostile",
+        type=float,
+        default=0.1,
+        help="fraction of pathological completions in the hostile-batch case (0: skip it)",
+    )
     ap.add_argument("--threads", type=int, default=8, help="reward threads in the hostile-batch case")
     ap.add_argument("--one-run", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -333,17 +364,34 @@ def main(argv=None) -> int:
 
     items = build(args.n, args.group, args.seed)
     chars = sum(len(it.completion) for it in items) / len(items)
-    print(f"{len(items)} completions ({Counter(it.style for it in items)}), mean {chars:,.0f} characters, "
-          f"groups of {args.group}")
+    print(
+        f"{len(items)} completions ({Counter(it.style for it in items)}), mean {chars:,.0f} characters, "
+        f"groups of {args.group}"
+    )
     runs = []
     for rep in range(args.repeats):
         # A fresh process per run: no cache of either scorer (sympy's included) survives from an earlier run.
-        cmd = [sys.executable, __file__, "--one-run", "--n", str(args.n), "--group", str(args.group), "--seed", str(args.seed),
-               "--hostile", str(args.hostile), "--threads", str(args.threads)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--one-run",
+            "--n",
+            str(args.n),
+            "--group",
+            str(args.group),
+            "--seed",
+            str(args.seed),
+            "--hostile",
+            str(args.hostile),
+            "--threads",
+            str(args.threads),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-        print(f"run {rep + 1}: {runs[-1]['startup']:.2f}s to start {runs[-1]['workers']} grpoflow math-verify "
-              "worker(s) (one-off, not timed)")
+        print(
+            f"run {rep + 1}: {runs[-1]['startup']:.2f}s to start {runs[-1]['workers']} grpoflow math-verify "
+            "worker(s) (one-off, not timed)"
+        )
     ours = runs[-1]["ours"]
     mv = runs[-1]["mv"]
     ours_time = {s: min(r["time_ours"][s] for r in runs) for s in ("gsm8k", "math")}
@@ -351,24 +399,32 @@ def main(argv=None) -> int:
 
     print()
     print(f"best of {args.repeats} runs:")
-    print(f"{'style':8} {'n':>5} {'grpoflow ms/compl':>18} {'math-verify ms/compl':>21} {'speed-up':>9} "
-          f"{'grpoflow = label':>17} {'math-verify = label':>20}")
+    print(
+        f"{'style':8} {'n':>5} {'grpoflow ms/compl':>18} {'math-verify ms/compl':>21} {'speed-up':>9} "
+        f"{'grpoflow = label':>17} {'math-verify = label':>20}"
+    )
     for style in ("gsm8k", "math"):
         subset = [it for it in items if it.style == style]
         n = len(subset)
         ok_ours = sum(o == it.label for o, it in zip(ours[style], subset))
         ok_mv = sum(o == it.label for o, it in zip(mv[style], subset))
-        print(f"{style:8} {n:5d} {1000 * ours_time[style] / n:18.3f} {1000 * mv_time[style] / n:21.3f} "
-              f"{mv_time[style] / ours_time[style]:8.1f}x {ok_ours:11d}/{n:<5d} {ok_mv:14d}/{n:<5d}")
+        print(
+            f"{style:8} {n:5d} {1000 * ours_time[style] / n:18.3f} {1000 * mv_time[style] / n:21.3f} "
+            f"{mv_time[style] / ours_time[style]:8.1f}x {ok_ours:11d}/{n:<5d} {ok_mv:14d}/{n:<5d}"
+        )
     print(f"verifier counters (one run): {runs[-1]['stats']}")
     if args.hostile > 0:
         clean = max(runs, key=lambda r: r["clean"]["rate"])["clean"]
         hostile = max(runs, key=lambda r: r["hostile"]["rate"])["hostile"]
-        print(f"\nhostile batches: verify() from {args.threads} threads, {runs[-1]['workers']} math-verify workers "
-              f"(best of {args.repeats} runs)")
+        print(
+            f"\nhostile batches: verify() from {args.threads} threads, {runs[-1]['workers']} math-verify workers "
+            f"(best of {args.repeats} runs)"
+        )
         print(f"  clean:                  {clean['rate']:8.1f} completions/s, slowest call {clean['slowest']:.2f}s")
-        print(f"  {args.hostile:.0%} pathological:       {hostile['rate']:8.1f} completions/s, slowest call "
-              f"{hostile['slowest']:.2f}s, {hostile['errors']} undecided (timeouts/errors)")
+        print(
+            f"  {args.hostile:.0%} pathological:       {hostile['rate']:8.1f} completions/s, slowest call "
+            f"{hostile['slowest']:.2f}s, {hostile['errors']} undecided (timeouts/errors)"
+        )
         print(f"  hostile / clean:        {hostile['rate'] / clean['rate']:8.2f}")
 
     print("\nDisagreements between grpoflow and plain math-verify (label = the answer convention's verdict):")

@@ -1,7 +1,7 @@
 """Regenerate the conda env files from the pip lock files, so both install paths get the same pins.
 
-    python envs/sync.py          # rewrite envs/{local,cluster}.yaml from requirements/{local,cluster}.lock
-    python envs/sync.py --check  # exit 1 if they disagree (tests/test_envs.py runs this check)
+python envs/sync.py          # rewrite envs/{local,cluster}.yaml from requirements/{local,cluster}.lock
+python envs/sync.py --check  # exit 1 if they disagree (tests/test_envs.py runs this check)
 """
 
 from __future__ import annotations
@@ -12,14 +12,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # env file -> (lock file, env name, what it is for, extra pip lines)
 PAIRS = {
-    "envs/local.yaml": ("requirements/local.lock", "grpoflow-local",
-                        "the local plane (CPU torch, TRL) and verl's CPU-usable parts",
-                        ["--extra-index-url https://download.pytorch.org/whl/cpu"]),
-    "envs/cluster.yaml": ("requirements/cluster.lock", "grpoflow-cluster",
-                          "the cluster plane: verl 0.9.1 + vLLM 0.24 + torch 2.11 (CUDA) for train_grpo,\n"
-                          "# merge_checkpoint and vLLM evaluation jobs (backend: verl / evaluation.backend: vllm). After creating it,\n"
-                          "# on a GPU node: pip install flash-attn==2.8.3.post2 --no-build-isolation (verl's default attention)",
-                          []),
+    "envs/local.yaml": (
+        "requirements/local.lock",
+        "grpoflow-local",
+        "the local plane (CPU torch, TRL) and verl's CPU-usable parts",
+        ["--extra-index-url https://download.pytorch.org/whl/cpu"],
+    ),
+    "envs/cluster.yaml": (
+        "requirements/cluster.lock",
+        "grpoflow-cluster",
+        "the cluster plane: verl 0.9.1 + vLLM 0.24 + torch 2.11 (CUDA) for train_grpo,\n"
+        "# merge_checkpoint and vLLM evaluation jobs (backend: verl / evaluation.backend: vllm). After creating it,\n"
+        "# on a GPU node: pip install flash-attn==2.8.3.post2 --no-build-isolation (verl's default attention)",
+        [],
+    ),
 }
 
 

@@ -88,7 +88,10 @@ def training_paths(experiment):
     inputs = {"train": parquet(data["dataset"], data["train_split"]), "sft": f"{RESULTS}/{experiment}/sft.json"}
     if data.get("val_split"):
         inputs["val"] = parquet(data["dataset"], data["val_split"])
-    outputs = {"marker": f"{RESULTS}/{experiment}/training_complete.json", "metrics": f"{RESULTS}/{experiment}/train_metrics.jsonl"}
+    outputs = {
+        "marker": f"{RESULTS}/{experiment}/training_complete.json",
+        "metrics": f"{RESULTS}/{experiment}/train_metrics.jsonl",
+    }
     return inputs, outputs
 
 
@@ -224,18 +227,34 @@ def training_command(experiment):
 def merge_job(wildcards, input, output):
     """merge_checkpoint's arguments (JSON) for `python -m grpoflow.workflow merge_checkpoint`."""
     e = exp(wildcards)
-    return json.dumps({"backend": e["backend"], "checkpoint_dir": CFG.checkpoint_dir(wildcards.experiment), "step": e["merge_step"],
-                       "sft_json": input.sft, "marker": input.marker, "out_dir": output.model})
+    return json.dumps(
+        {
+            "backend": e["backend"],
+            "checkpoint_dir": CFG.checkpoint_dir(wildcards.experiment),
+            "step": e["merge_step"],
+            "sft_json": input.sft,
+            "marker": input.marker,
+            "out_dir": output.model,
+        }
+    )
 
 
 def evaluate_job(wildcards, input, output, threads):
     """evaluate's arguments (JSON) for `python -m grpoflow.workflow evaluate`."""
-    return json.dumps({
-        "model_name": wildcards.model, "model": model_params(wildcards.model), "benchmark_name": wildcards.benchmark,
-        "benchmark": CFG.evaluation["benchmarks"][wildcards.benchmark], "prompt": benchmark_prompt(wildcards.benchmark),
-        "settings": evaluation_settings(), "inputs": dict(input.items()), "metrics_path": output.metrics,
-        "samples_path": output.samples, "threads": threads,
-    })
+    return json.dumps(
+        {
+            "model_name": wildcards.model,
+            "model": model_params(wildcards.model),
+            "benchmark_name": wildcards.benchmark,
+            "benchmark": CFG.evaluation["benchmarks"][wildcards.benchmark],
+            "prompt": benchmark_prompt(wildcards.benchmark),
+            "settings": evaluation_settings(),
+            "inputs": dict(input.items()),
+            "metrics_path": output.metrics,
+            "samples_path": output.samples,
+            "threads": threads,
+        }
+    )
 
 
 def benchmark_prompt(benchmark):

@@ -4,14 +4,14 @@
 rule download_data:
     output:
         manifest="resources/data/{dataset}/manifest.json",
-    params:
-        dataset=lambda wc: CFG.datasets[wc.dataset],
-        local_files=lambda wc: file_fingerprint(local_dataset_files(wc.dataset)),
     log:
         "logs/download_data/{dataset}.log",
     localrule: True  # compute nodes often have no internet; login nodes do
     conda:
         ENV_LOCAL
+    params:
+        dataset=lambda wc: CFG.datasets[wc.dataset],
+        local_files=lambda wc: file_fingerprint(local_dataset_files(wc.dataset)),
     script:
         "../workflow/scripts/download_data.py"
 
@@ -26,12 +26,12 @@ rule convert_to_parquet:
             category="Data",
         ),
         summary="results/data/{dataset}/{split}.summary.json",
-    params:
-        dataset=lambda wc: CFG.datasets[wc.dataset],
     log:
         "logs/convert_to_parquet/{dataset}.{split}.log",
     localrule: True  # seconds of CPU; not worth a queue wait
     conda:
         ENV_LOCAL
+    params:
+        dataset=lambda wc: CFG.datasets[wc.dataset],
     script:
         "../workflow/scripts/convert_to_parquet.py"

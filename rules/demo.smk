@@ -8,12 +8,12 @@ if CFG.demo:
             corpus=parquet(CFG.demo["sft"]["dataset"], CFG.demo["sft"]["split"]),
         output:
             model=directory(DEMO_MODEL_DIR),
-        params:
-            spec=CFG.demo["tiny_model"],
         log:
             "logs/build_tiny_model.log",
         conda:
             ENV_LOCAL
+        params:
+            spec=CFG.demo["tiny_model"],
         script:
             "../workflow/scripts/build_tiny_model.py"
 
@@ -23,12 +23,12 @@ if CFG.demo:
             train=parquet(CFG.demo["sft"]["dataset"], CFG.demo["sft"]["split"]),
         output:
             run_dir=directory(DEMO_SFT_RUN_DIR),
-        params:
-            spec=CFG.demo["sft"],
-        threads: 2
         log:
             "logs/train_sft_demo.log",
         conda:
             ENV_LOCAL
+        threads: 2
+        params:
+            spec=CFG.demo["sft"],
         script:
             "../workflow/scripts/train_sft_demo.py"

@@ -8,6 +8,18 @@ rule evaluate:
     output:
         metrics="results/{model}/eval/{benchmark}.json",
         samples="results/{model}/eval/{benchmark}.samples.jsonl",
+    log:
+        "logs/evaluate/{model}/{benchmark}.log",
+    conda:
+        evaluation_env
+    container:
+        evaluation_container
+    threads: CFG.evaluation["resources"]["cpus_per_task"]
+    resources:
+        gpu=CFG.evaluation["resources"]["gpus"],
+        cpus_per_task=CFG.evaluation["resources"]["cpus_per_task"],
+        mem_mb=CFG.evaluation["resources"]["mem_mb"],
+        runtime=CFG.evaluation["resources"]["runtime"],
     params:
         model=lambda wc: model_params(wc.model),
         benchmark=lambda wc: CFG.evaluation["benchmarks"][wc.benchmark],
@@ -17,18 +29,6 @@ rule evaluate:
         # vLLM needs the cluster env, the transformers backend runs in the local one (grpoflow.deployment).
         python=lambda wc: evaluation_python(),
         job=evaluate_job,
-    resources:
-        gpu=CFG.evaluation["resources"]["gpus"],
-        cpus_per_task=CFG.evaluation["resources"]["cpus_per_task"],
-        mem_mb=CFG.evaluation["resources"]["mem_mb"],
-        runtime=CFG.evaluation["resources"]["runtime"],
-    threads: CFG.evaluation["resources"]["cpus_per_task"]
-    log:
-        "logs/evaluate/{model}/{benchmark}.log",
-    conda:
-        evaluation_env
-    container:
-        evaluation_container
     shell:
         "{params.python} -m grpoflow.workflow evaluate --log {log} --kwargs {params.job:q}"
 
@@ -37,5 +37,10 @@ rule evaluate:
 # training at all (e.g. before launching a grid, or to add a reference model to an existing report).
 rule baselines:
     input:
-        [f"results/{m}/eval/{b}.json" for m, e in sorted(CFG.models.items()) if e["kind"] != "grpo" for b in CFG.benchmarks()],
+        [
+            f"results/{m}/eval/{b}.json"
+            for m, e in sorted(CFG.models.items())
+            if e["kind"] != "grpo"
+            for b in CFG.benchmarks()
+        ],
     localrule: True

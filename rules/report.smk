@@ -22,16 +22,16 @@ rule report:
             caption="../workflow/report/plots.rst",
             category="Plots",
         ),
-    params:
-        experiments=lambda wc: {e: report_experiment_summary(e) for e in CFG.experiments},
-        models=lambda wc: CFG.models,
-        benchmarks=lambda wc: list(CFG.evaluation["benchmarks"]),
-        settings=lambda wc: CFG.report,
     log:
         "logs/report.log",
     localrule: True
     conda:
         ENV_LOCAL
+    params:
+        experiments=lambda wc: {e: report_experiment_summary(e) for e in CFG.experiments},
+        models=lambda wc: CFG.models,
+        benchmarks=lambda wc: list(CFG.evaluation["benchmarks"]),
+        settings=lambda wc: CFG.report,
     script:
         "../workflow/scripts/report.py"
 
@@ -42,16 +42,20 @@ rule upload_to_hub:
         marker="results/{experiment}/training_complete.json",
         # The model card's metrics table; only when uploading, so that with upload off an evaluation-only change
         # reruns evaluate + report and nothing else (switching upload on then reruns just this job).
-        evaluations=lambda wc: [f"results/{wc.experiment}/eval/{b}.json" for b in CFG.benchmarks()] if exp(wc)["upload"]["enabled"] else [],
+        evaluations=lambda wc: (
+            [f"results/{wc.experiment}/eval/{b}.json" for b in CFG.benchmarks()]
+            if exp(wc)["upload"]["enabled"]
+            else []
+        ),
     output:
         record="results/{experiment}/upload.json",
-    params:
-        upload=lambda wc: exp(wc)["upload"],
-        experiment=lambda wc: exp(wc),
     log:
         "logs/upload_to_hub/{experiment}.log",
     localrule: True  # needs internet, which compute nodes often lack
     conda:
         ENV_LOCAL
+    params:
+        upload=lambda wc: exp(wc)["upload"],
+        experiment=lambda wc: exp(wc),
     script:
         "../workflow/scripts/upload_to_hub.py"

@@ -6,31 +6,31 @@ rule discover_sft_checkpoint:
         sft_inputs,
     output:
         sft="results/{experiment}/sft.json",
-    params:
-        sft=lambda wc: exp(wc)["sft"],
     log:
         "logs/discover_sft_checkpoint/{experiment}.log",
     localrule: True
     conda:
         ENV_LOCAL
+    params:
+        sft=lambda wc: exp(wc)["sft"],
     script:
         "../workflow/scripts/discover_sft_checkpoint.py"
 
 
 rule train_grpo:
-    message:
-        # The GPU-memory estimate and what a time limit costs (grpoflow.verl.memory.summary), shown by `snakemake -n`.
-        "{TRAINING_SUMMARY:{wildcards.experiment}u}"
     input:
         unpack(training_inputs),
     output:
         # Written only when training reached grpo.total_steps: a killed or short run never looks complete.
         marker="results/{experiment}/training_complete.json",
         metrics="results/{experiment}/train_metrics.jsonl",
-    params:
-        # A function of the wildcards only: Snakemake ignores params that take input/output when it decides
-        # reruns, and a changed training setting must rerun training.
-        command=lambda wc: training_command(wc.experiment),
+    log:
+        "logs/train_grpo/{experiment}.log",
+    conda:
+        experiment_env
+    container:
+        experiment_container
+    threads: lambda wc: train_resources(wc)["cpus_per_task"]
     resources:
         # From the experiment's `resources:` (see grpoflow.train.command.slurm_resources for the multi-node shape).
         nodes=lambda wc: train_resources(wc)["nodes"],
@@ -41,13 +41,13 @@ rule train_grpo:
         cpus_per_task=lambda wc: train_resources(wc)["cpus_per_task"],
         mem_mb=lambda wc: train_resources(wc)["mem_mb"],
         runtime=lambda wc: train_resources(wc)["runtime"],
-    threads: lambda wc: train_resources(wc)["cpus_per_task"]
-    log:
-        "logs/train_grpo/{experiment}.log",
-    conda:
-        experiment_env
-    container:
-        experiment_container
+    params:
+        # A function of the wildcards only: Snakemake ignores params that take input/output when it decides
+        # reruns, and a changed training setting must rerun training.
+        command=lambda wc: training_command(wc.experiment),
+    message:
+        # The GPU-memory estimate and what a time limit costs (grpoflow.verl.memory.summary), shown by `snakemake -n`.
+        "{TRAINING_SUMMARY:{wildcards.experiment}u}"
     shell:
         # SLURM signals every process of the job (scancel, time limit, --signal). TRL then finishes its step, saves a
         # checkpoint and exits 1; verl 0.9.1 has no handler and saves nothing (the steps since its last save_freq
@@ -63,6 +63,12 @@ rule merge_checkpoint:
         sft="results/{experiment}/sft.json",
     output:
         model=directory("results/{experiment}/model"),
+    log:
+        "logs/merge_checkpoint/{experiment}.log",
+    conda:
+        experiment_env
+    container:
+        experiment_container
     params:
         backend=lambda wc: exp(wc)["backend"],
         checkpoint_dir=lambda wc: CFG.checkpoint_dir(wc.experiment),
@@ -70,11 +76,5 @@ rule merge_checkpoint:
         # The interpreter of the experiment's plane (grpoflow.deployment): verl's merger needs the cluster env.
         python=experiment_python,
         job=merge_job,
-    log:
-        "logs/merge_checkpoint/{experiment}.log",
-    conda:
-        experiment_env
-    container:
-        experiment_container
     shell:
         "{params.python} -m grpoflow.workflow merge_checkpoint --log {log} --kwargs {params.job:q}"

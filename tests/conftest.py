@@ -54,7 +54,11 @@ def slurm_pipeline_run(local_slurm, tmp_path_factory):
 
     wd = make_workdir(tmp_path_factory.mktemp("short-slurm"))
     token = "hf_" + secrets.token_hex(17)
-    run = BackgroundSnakemake(["--configfile", *SHORT_CONFIG[1:], str(REPO / "tests" / "slurm" / "cluster_shape.yaml")], wd, env={"HF_TOKEN": token})
+    run = BackgroundSnakemake(
+        ["--configfile", *SHORT_CONFIG[1:], str(REPO / "tests" / "slurm" / "cluster_shape.yaml")],
+        wd,
+        env={"HF_TOKEN": token},
+    )
     run.token = token
     yield run
     run.result()  # never leave it running past the session

@@ -38,12 +38,16 @@ def make_workdir(tmp_path: Path) -> Path:
     return wd
 
 
-def snakemake(args: list[str], workdir: Path, *, env: dict | None = None, timeout: int = 600, check: bool = True) -> subprocess.CompletedProcess:
+def snakemake(
+    args: list[str], workdir: Path, *, env: dict | None = None, timeout: int = 600, check: bool = True
+) -> subprocess.CompletedProcess:
     cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args]
     full_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {})}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=workdir)
     if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+        raise AssertionError(
+            f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+        )
     return proc
 
 
@@ -69,7 +73,13 @@ def ensure_debian_tool(binary: str, package: str) -> str:
         unavailable(f"{binary} not installed and cannot apt-get install {package} here (not root or no apt)")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-qq"], check=False, env=env, capture_output=True, timeout=300)
-    proc = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", package], env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", package],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     found = shutil.which(binary)
     if not found:
         unavailable(f"apt-get install {package} failed: {proc.stderr.strip()[-300:]}")
@@ -128,7 +138,12 @@ def start_local_slurm(nodes: int = 2) -> dict:
         unavailable(f"local SLURM unavailable: {proc.stderr.strip()}")
     assert proc.returncode == 0, f"tests/slurm/start.sh failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     names = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, check=True).stdout.split()
-    return {"nodes": sorted(set(names)), "partition": "gpu", "start_s": round(time.monotonic() - started, 1), "started": not was_running}
+    return {
+        "nodes": sorted(set(names)),
+        "partition": "gpu",
+        "start_s": round(time.monotonic() - started, 1),
+        "started": not was_running,
+    }
 
 
 def stop_local_slurm() -> None:
@@ -142,30 +157,58 @@ def snakemake_slurm_command(args: list[str], workdir: Path, timeout: int) -> lis
     KILL 60 s later in case it hangs. ``--foreground``: a signal reaches Snakemake once, as a Ctrl-C does; without
     it timeout sends it again to its whole process group, and the second SIGINT interrupted the plugin's own
     ``scancel`` (the job then ran on)."""
-    return ["timeout", "--foreground", "-s", "INT", "-k", "60", str(timeout), *SNAKEMAKE_CI, "-s", str(REPO / "Snakefile"), "-d", str(workdir),
-            *SLURM_PROFILE, *SLURM_CI_ARGS, *args]
+    return [
+        "timeout",
+        "--foreground",
+        "-s",
+        "INT",
+        "-k",
+        "60",
+        str(timeout),
+        *SNAKEMAKE_CI,
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(workdir),
+        *SLURM_PROFILE,
+        *SLURM_CI_ARGS,
+        *args,
+    ]
 
 
 def _env(env: dict | None) -> dict:
     return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {})}
 
 
-def snakemake_slurm(args: list[str], workdir: Path, *, env: dict | None = None, timeout: int = 1200, check: bool = True) -> subprocess.CompletedProcess:
+def snakemake_slurm(
+    args: list[str], workdir: Path, *, env: dict | None = None, timeout: int = 1200, check: bool = True
+) -> subprocess.CompletedProcess:
     """Run Snakemake through the SLURM profile (targets first in ``args``: --configfile takes every word after
     it). Jobs it submitted and left behind are cancelled."""
     cmd = snakemake_slurm_command(args, workdir, timeout)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 120, env=_env(env), cwd=workdir)
     cancel_leftover_jobs(proc.stdout + proc.stderr)
     if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+        raise AssertionError(
+            f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
+        )
     return proc
 
 
-def popen_snakemake_slurm(args: list[str], workdir: Path, log_path: Path, *, env: dict | None = None, timeout: int = 1200) -> subprocess.Popen:
+def popen_snakemake_slurm(
+    args: list[str], workdir: Path, log_path: Path, *, env: dict | None = None, timeout: int = 1200
+) -> subprocess.Popen:
     """snakemake_slurm in the background, its output in ``log_path``; ``proc.send_signal(SIGINT)`` is a Ctrl-C
     (``timeout`` passes it on)."""
     with open(log_path, "w") as out:  # the child keeps its own descriptor
-        return subprocess.Popen(snakemake_slurm_command(args, workdir, timeout), stdout=out, stderr=subprocess.STDOUT, text=True, env=_env(env), cwd=workdir)
+        return subprocess.Popen(
+            snakemake_slurm_command(args, workdir, timeout),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=_env(env),
+            cwd=workdir,
+        )
 
 
 class BackgroundSnakemake:
@@ -198,7 +241,9 @@ def submitted_jobs(output: str) -> list[str]:
 
 def slurm_job(jobid: str) -> dict[str, str]:
     """``scontrol show job`` as a dict (the local cluster keeps finished jobs for MinJobAge = 3600 s)."""
-    out = subprocess.run(["scontrol", "-o", "show", "job", str(jobid)], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["scontrol", "-o", "show", "job", str(jobid)], capture_output=True, text=True, check=True
+    ).stdout
     return dict(tok.split("=", 1) for tok in out.split() if "=" in tok)
 
 

@@ -16,12 +16,23 @@ from pathlib import Path
 
 import pytest
 import yaml
-from grpoflow_testing import LOCAL_PROFILE, PYTHON, REPO, SHORT_CONFIG, SLURM_PROFILE, copy_workdir, make_workdir, snakemake
+from grpoflow_testing import (
+    LOCAL_PROFILE,
+    PYTHON,
+    REPO,
+    SHORT_CONFIG,
+    SLURM_PROFILE,
+    copy_workdir,
+    make_workdir,
+    snakemake,
+)
 
 DEFAULT = str(REPO / "config" / "config.yaml")
 
 
-def run(wd: Path, overlay: dict | None, *args: str, profile=LOCAL_PROFILE, configs=(DEFAULT,), env=None) -> tuple[subprocess.CompletedProcess, str]:
+def run(
+    wd: Path, overlay: dict | None, *args: str, profile=LOCAL_PROFILE, configs=(DEFAULT,), env=None
+) -> tuple[subprocess.CompletedProcess, str]:
     """snakemake with the config files + an overlay written from ``overlay``; targets in ``args``."""
     files = list(configs)
     if overlay is not None:
@@ -68,11 +79,17 @@ def wd(tmp_path) -> Path:
 
 def test_unknown_config_key(wd):
     msg = config_error(wd, {"defaults": {"grpo": {"lerning_rate": 1e-5}}})
-    assert msg.startswith("grpoflow: config error: unknown key 'lerning_rate' under defaults.grpo (allowed: ") and "learning_rate" in msg
+    assert (
+        msg.startswith("grpoflow: config error: unknown key 'lerning_rate' under defaults.grpo (allowed: ")
+        and "learning_rate" in msg
+    )
 
 
 def test_schema_invalid_values(wd):
-    assert config_error(wd, {"defaults": {"grpo": {"learning_rate": -1}}}) == "grpoflow: config error: defaults.grpo.learning_rate = -1: must be a number > 0"
+    assert (
+        config_error(wd, {"defaults": {"grpo": {"learning_rate": -1}}})
+        == "grpoflow: config error: defaults.grpo.learning_rate = -1: must be a number > 0"
+    )
     msg = config_error(wd, {"experiments": {"tiny-arith-seed1": {"resources": {"gpus_per_node": "eight"}}}})
     assert "experiments.tiny-arith-seed1.resources.gpus_per_node = 'eight'" in msg
 
@@ -84,9 +101,16 @@ def test_unknown_reward_name(wd):
 
 def test_verl_batch_arithmetic_that_cannot_work_on_the_requested_gpus(wd):
     """Caught when the config loads: with the SLURM profile nothing is submitted (no cluster needed to see it)."""
-    msg = config_error(wd, {"defaults": {"resources": {"gpus_per_node": 3}}}, profile=SLURM_PROFILE, configs=(str(REPO / "config" / "qwen3-8b-gsm8k.yaml"),))
-    assert msg.startswith("grpoflow: config error: experiments.qwen3-8b-gsm8k.grpo.prompts_per_step × num_generations = 64 × 2 = 128 "
-                          "is not divisible by the 3 GPUs (1 node(s) × 3)")
+    msg = config_error(
+        wd,
+        {"defaults": {"resources": {"gpus_per_node": 3}}},
+        profile=SLURM_PROFILE,
+        configs=(str(REPO / "config" / "qwen3-8b-gsm8k.yaml"),),
+    )
+    assert msg.startswith(
+        "grpoflow: config error: experiments.qwen3-8b-gsm8k.grpo.prompts_per_step × num_generations = 64 × 2 = 128 "
+        "is not divisible by the 3 GPUs (1 node(s) × 3)"
+    )
 
 
 # ---- data files: the job that reads them fails --------------------------------------------------------------------
@@ -103,33 +127,57 @@ def _local_test_file(wd: Path, name: str, content: bytes | None) -> dict:
 
 def test_missing_data_file(wd):
     msg = job_error(wd, _local_test_file(wd, "nope.jsonl", None), GSM8K_TEST, GSM8K_LOG)
-    assert msg.startswith("grpoflow: error: datasets.gsm8k_sample.local.test: file 'nope.jsonl' not found") and msg.endswith("fix the path")
+    assert msg.startswith(
+        "grpoflow: error: datasets.gsm8k_sample.local.test: file 'nope.jsonl' not found"
+    ) and msg.endswith("fix the path")
     assert not (wd / "resources/data/gsm8k_sample/manifest.json").exists()
 
 
 def test_empty_data_file(wd):
     msg = job_error(wd, _local_test_file(wd, "empty.jsonl", b""), GSM8K_TEST, GSM8K_LOG)
-    assert msg == "grpoflow: error: datasets.gsm8k_sample.local.test = 'empty.jsonl', read from its copy (resources/data/gsm8k_sample/test.jsonl): file is empty"
+    assert (
+        msg
+        == "grpoflow: error: datasets.gsm8k_sample.local.test = 'empty.jsonl', read from its copy (resources/data/gsm8k_sample/test.jsonl): file is empty"
+    )
 
 
 def test_corrupt_jsonl_data_file(wd):
     good = (REPO / "data/gsm8k_sample/test.jsonl").read_bytes().splitlines(keepends=True)
-    msg = job_error(wd, _local_test_file(wd, "cut.jsonl", b"".join(good[:3]) + good[3][:40] + b"\n" + b"".join(good[4:])), GSM8K_TEST, GSM8K_LOG)
-    assert msg.startswith("grpoflow: error: datasets.gsm8k_sample.local.test = 'cut.jsonl', read from its copy (resources/data/gsm8k_sample/test.jsonl): line 4 is not valid JSON (")
+    msg = job_error(
+        wd,
+        _local_test_file(wd, "cut.jsonl", b"".join(good[:3]) + good[3][:40] + b"\n" + b"".join(good[4:])),
+        GSM8K_TEST,
+        GSM8K_LOG,
+    )
+    assert msg.startswith(
+        "grpoflow: error: datasets.gsm8k_sample.local.test = 'cut.jsonl', read from its copy (resources/data/gsm8k_sample/test.jsonl): line 4 is not valid JSON ("
+    )
 
 
 def test_corrupt_parquet_data_file(wd):
     msg = job_error(wd, _local_test_file(wd, "bad.parquet", b"PAR1" + os.urandom(200)), GSM8K_TEST, GSM8K_LOG)
-    assert msg.startswith("grpoflow: error: datasets.gsm8k_sample.local.test = 'bad.parquet', read from its copy (resources/data/gsm8k_sample/test.parquet): not a readable Parquet file (")
+    assert msg.startswith(
+        "grpoflow: error: datasets.gsm8k_sample.local.test = 'bad.parquet', read from its copy (resources/data/gsm8k_sample/test.parquet): not a readable Parquet file ("
+    )
 
 
 def test_benchmark_file_without_the_answer_column(wd):
     rows = [json.loads(line) for line in (REPO / "data/gsm8k_sample/test.jsonl").read_text().splitlines()[:4]]
     (wd / "bench.jsonl").write_text("".join(json.dumps({"question": r["question"]}) + "\n" for r in rows))
-    overlay = {"evaluation": {"models": {"ext": {"path": "some-org/some-model"}},
-                              "benchmarks": {"mine": {"path": "bench.jsonl", "prompt_key": "question", "answer_key": "answer", "format": "gsm8k"}}}}
+    overlay = {
+        "evaluation": {
+            "models": {"ext": {"path": "some-org/some-model"}},
+            "benchmarks": {
+                "mine": {"path": "bench.jsonl", "prompt_key": "question", "answer_key": "answer", "format": "gsm8k"}
+            },
+        }
+    }
     msg = job_error(wd, overlay, "results/ext/eval/mine.json", "logs/evaluate/ext/mine.log")
-    assert "bench.jsonl" in msg and "'answer' not found (columns: question)" in msg and "evaluation.benchmarks.mine.answer_key" in msg
+    assert (
+        "bench.jsonl" in msg
+        and "'answer' not found (columns: question)" in msg
+        and "evaluation.benchmarks.mine.answer_key" in msg
+    )
     assert not (wd / "results/ext/eval/mine.samples.jsonl").exists()
 
 
@@ -176,8 +224,21 @@ def test_verl_checkpoint_without_fsdp_config(tmp_path):
         (actor / f"model_world_size_2_rank_{rank}.pt").write_bytes(b"")
     (tmp_path / "sft.json").write_text(json.dumps({"path": str(tmp_path / "base")}))
     (tmp_path / "training_complete.json").write_text(json.dumps({"final_step": 2}))
-    proc = subprocess.run([PYTHON, "-m", "grpoflow.merge", "verl", str(tmp_path / "ckpt"), "last", str(tmp_path / "sft.json"),
-                           str(tmp_path / "training_complete.json"), str(tmp_path / "model")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "grpoflow.merge",
+            "verl",
+            str(tmp_path / "ckpt"),
+            "last",
+            str(tmp_path / "sft.json"),
+            str(tmp_path / "training_complete.json"),
+            str(tmp_path / "model"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     msg = one_line(proc.stderr, "grpoflow: error: ")
     assert f"{actor} has no fsdp_config.json" in msg and '{"FSDP_version": 2, "world_size": 2}' in msg
@@ -192,6 +253,15 @@ def test_upload_enabled_without_a_token(short_local_run, tmp_path):
     wd = copy_workdir(short_local_run, tmp_path / "wd")
     env = {"HF_HOME": str(tmp_path / "hf-home"), "HF_TOKEN": "", "HF_ENDPOINT": "http://127.0.0.1:9"}
     overlay = {"defaults": {"upload": {"enabled": True, "repo_id": "me/tiny-arith"}}}
-    msg = job_error(wd, overlay, "results/tiny-arith-seed1/upload.json", "logs/upload_to_hub/tiny-arith-seed1.log", configs=SHORT_CONFIG[1:], env=env)
-    assert msg == ("grpoflow: error: no Hugging Face token for uploading tiny-arith-seed1 to me/tiny-arith: set HF_TOKEN or run "
-                   "`hf auth login` on the machine that runs upload_to_hub (nothing was uploaded)")
+    msg = job_error(
+        wd,
+        overlay,
+        "results/tiny-arith-seed1/upload.json",
+        "logs/upload_to_hub/tiny-arith-seed1.log",
+        configs=SHORT_CONFIG[1:],
+        env=env,
+    )
+    assert msg == (
+        "grpoflow: error: no Hugging Face token for uploading tiny-arith-seed1 to me/tiny-arith: set HF_TOKEN or run "
+        "`hf auth login` on the machine that runs upload_to_hub (nothing was uploaded)"
+    )

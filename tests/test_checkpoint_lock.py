@@ -42,7 +42,10 @@ def test_second_trainer_waits_until_the_first_lets_go(tmp_path):
 def test_gives_up_naming_the_holder_and_the_fix(tmp_path):
     first = hold(tmp_path / "ckpt", 30.0)
     try:
-        with pytest.raises(GrpoflowError, match=rf"ckpt is still in use by another trainer \(pid {first.pid} on .*\) after 1 s: wait until it has ended \(squeue --me\)"):
+        with pytest.raises(
+            GrpoflowError,
+            match=rf"ckpt is still in use by another trainer \(pid {first.pid} on .*\) after 1 s: wait until it has ended \(squeue --me\)",
+        ):
             with exclusive_dir(tmp_path / "ckpt", wait_s=1, poll_s=0.1):
                 pass
     finally:

@@ -74,9 +74,17 @@ BAD = [
     (("defaults", "grpo", "learning_rate"), "fast", ["defaults.grpo.learning_rate", "'fast'", "number"]),
     (("defaults", "grpo", "lerning_rate"), 1e-5, ["unknown key 'lerning_rate'", "defaults.grpo", "learning_rate"]),
     (("experimnts",), {}, ["unknown key 'experimnts'", "experiments"]),
-    (("experiments", "tiny-arith-seed1", "backend"), "deepspeed", ["experiments.tiny-arith-seed1.backend", "'deepspeed'", "trl, verl"]),
+    (
+        ("experiments", "tiny-arith-seed1", "backend"),
+        "deepspeed",
+        ["experiments.tiny-arith-seed1.backend", "'deepspeed'", "trl, verl"],
+    ),
     (("datasets", "arith", "format"), "xml", ["datasets.arith.format", "gsm8k, boxed, plain"]),
-    (("datasets", "arith", "validation"), {"fraction": 0.1, "size": 3}, ["datasets.arith.validation", "fraction or size"]),
+    (
+        ("datasets", "arith", "validation"),
+        {"fraction": 0.1, "size": 3},
+        ["datasets.arith.validation", "fraction or size"],
+    ),
     (("datasets", "arith", "source"), "hub", ["datasets.arith", "'hub'"]),
     (("defaults", "data", "dataset"), "nope", ["data.dataset = 'nope'", "arith, gsm8k_sample"]),
     (("experiments", "report"), {}, ["invalid name 'report'", "reserved"]),
@@ -89,13 +97,21 @@ BAD = [
     (("datasets", "gsm8k_sample", "validation"), None, ["datasets.gsm8k_sample.validation"]),
     (("datasets", "arith", "prompt", "template"), "Solve it.", ["no {question} placeholder"]),
     (("datasets", "arith", "test"), {"size": 10}, ["already provides a 'test' split"]),
-    (("evaluation", "benchmarks", "gsm8k_sample", "split"), "val", ["evaluation.benchmarks.gsm8k_sample.split = 'val'"]),
+    (
+        ("evaluation", "benchmarks", "gsm8k_sample", "split"),
+        "val",
+        ["evaluation.benchmarks.gsm8k_sample.split = 'val'"],
+    ),
     (("evaluation", "benchmarks"), {}, ["evaluation.benchmarks is empty"]),
     (("report", "primary_benchmark"), "math500", ["report.primary_benchmark = 'math500'"]),
     (("defaults", "upload"), {"enabled": True}, ["upload.repo_id is not set"]),
     (("defaults", "rewards", "funcs"), ["acc"], ["unknown reward 'acc'"]),
     (("defaults", "merge_step"), 30, ["merge_step = 30: that checkpoint will not exist", "kept steps: 50, 100"]),
-    (("defaults", "trl", "completions_per_device_batch"), 7, ["completions_per_device_batch = 7 does not divide the 128 completions"]),
+    (
+        ("defaults", "trl", "completions_per_device_batch"),
+        7,
+        ["completions_per_device_batch = 7 does not divide the 128 completions"],
+    ),
     (("defaults", "sft", "run_dir"), DEMO_SFT_RUN_DIR, None),  # fine: the demo exists
 ]
 
@@ -122,12 +138,16 @@ def test_demo_run_dir_without_demo_is_an_error(default_config):
 
 
 def test_evaluation_only_config_needs_no_experiments(tmp_path):
-    cfg = resolve_config({
-        "evaluation": {
-            "models": {"my-model": {"path": "Qwen/Qwen3-0.6B"}},
-            "benchmarks": {"gsm8k": {"path": "data/gsm8k_sample/test.jsonl", "prompt_key": "question", "answer_key": "answer"}},
+    cfg = resolve_config(
+        {
+            "evaluation": {
+                "models": {"my-model": {"path": "Qwen/Qwen3-0.6B"}},
+                "benchmarks": {
+                    "gsm8k": {"path": "data/gsm8k_sample/test.jsonl", "prompt_key": "question", "answer_key": "answer"}
+                },
+            }
         }
-    })
+    )
     assert cfg.experiments == {} and list(cfg.models) == ["my-model"]
     assert cfg.eval_targets() == ["results/my-model/eval/gsm8k.json"]
 
@@ -162,8 +182,16 @@ def _params_of(cfg) -> list[str]:
     from grpoflow.report import experiment_summary
     from grpoflow.train.command import training_command
 
-    out = [repr(cfg.experiments), repr(cfg.datasets), repr(cfg.evaluation), repr(cfg.report), repr(cfg.demo), repr(cfg.models),
-           repr(evaluation_settings(cfg)), repr({e: experiment_summary(cfg.experiment(e)) for e in cfg.experiments})]
+    out = [
+        repr(cfg.experiments),
+        repr(cfg.datasets),
+        repr(cfg.evaluation),
+        repr(cfg.report),
+        repr(cfg.demo),
+        repr(cfg.models),
+        repr(evaluation_settings(cfg)),
+        repr({e: experiment_summary(cfg.experiment(e)) for e in cfg.experiments}),
+    ]
     for name in cfg.experiments:
         inputs = {"train": "t.parquet", "val": "v.parquet", "sft": "sft.json"}
         out.append(training_command(cfg, name, inputs, {"marker": "m.json", "metrics": "x.jsonl"}))
@@ -178,7 +206,11 @@ def test_params_do_not_depend_on_key_order_or_formatting(path):
 
     raw = load_yaml(REPO / path)
     want = _params_of(resolve_config(raw))
-    for other in (_shuffled(raw, random.Random(1)), _shuffled(raw, random.Random(2)), yaml.safe_load(yaml.safe_dump(raw, sort_keys=True))):
+    for other in (
+        _shuffled(raw, random.Random(1)),
+        _shuffled(raw, random.Random(2)),
+        yaml.safe_load(yaml.safe_dump(raw, sort_keys=True)),
+    ):
         assert _params_of(resolve_config(other)) == want
 
 
@@ -188,7 +220,9 @@ def test_numbers_are_typed_by_the_schema(default_config):
     grpo = cfg.experiment("tiny-arith-seed1")["grpo"]
     assert repr(grpo["max_grad_norm"]) == "1.0" and grpo["learning_rate"] == 5e-5
     assert isinstance(grpo["total_steps"], int) and isinstance(grpo["seed"], int)  # integers stay integers
-    assert _params_of(cfg) == _params_of(resolve_config(deep_merge(default_config, {"defaults": {"grpo": {"max_grad_norm": 1.0}}})))
+    assert _params_of(cfg) == _params_of(
+        resolve_config(deep_merge(default_config, {"defaults": {"grpo": {"max_grad_norm": 1.0}}}))
+    )
 
 
 def test_exponent_without_a_dot_is_a_number(default_config):

@@ -19,30 +19,45 @@ LOCAL_PY = "/venvs/local/bin/python"
 
 def test_each_way_of_deploying_picks_the_cluster_interpreter_explicitly():
     none = job_envs({}, set(), LOCAL_PY)
-    assert none == {LOCAL: JobEnv("", LOCAL_PY), CLUSTER: JobEnv("", LOCAL_PY)}  # then the env check names what is missing
+    assert none == {
+        LOCAL: JobEnv("", LOCAL_PY),
+        CLUSTER: JobEnv("", LOCAL_PY),
+    }  # then the env check names what is missing
     named = job_envs({"cluster_env": {"python": "/shared/cluster env/bin/python"}}, set(), LOCAL_PY)
     assert named[CLUSTER].run() == "'/shared/cluster env/bin/python'" and named[LOCAL].run() == LOCAL_PY
     mod = job_envs({"cluster_env": {"activate": "module load cuda/12.8; source /s/v/bin/activate;"}}, set(), LOCAL_PY)
     assert mod[CLUSTER].run() == "module load cuda/12.8; source /s/v/bin/activate && python"
     # --sdm conda activates each rule's env (envs/local.yaml, envs/cluster.yaml): `python` is that env's.
-    assert job_envs({"cluster_env": {"python": "/x/bin/python"}}, {"conda"}, LOCAL_PY) == {LOCAL: JobEnv("", "python"), CLUSTER: JobEnv("", "python")}
+    assert job_envs({"cluster_env": {"python": "/x/bin/python"}}, {"conda"}, LOCAL_PY) == {
+        LOCAL: JobEnv("", "python"),
+        CLUSTER: JobEnv("", "python"),
+    }
     # --sdm apptainer: the image's python for cluster jobs only; without an image, the named env.
     app = job_envs({"cluster_env": {"container": "docker://img", "python": "/x/bin/python"}}, {"apptainer"}, LOCAL_PY)
     assert app == {LOCAL: JobEnv("", LOCAL_PY), CLUSTER: JobEnv("", "python")}
-    assert job_envs({"cluster_env": {"python": "/x/bin/python"}}, {"apptainer"}, LOCAL_PY)[CLUSTER].python == "/x/bin/python"
+    assert (
+        job_envs({"cluster_env": {"python": "/x/bin/python"}}, {"apptainer"}, LOCAL_PY)[CLUSTER].python
+        == "/x/bin/python"
+    )
 
 
 def test_every_python_call_of_a_command_gets_the_interpreter_and_nothing_else():
-    cmd = "env A=1 python -m grpoflow.verl.train --marker m -- \\\n    python -m verl.trainer.main_ppo x=\"$(python -m grpoflow.discovery path s.json)\" y=/opt/python -m z=mypython"
+    cmd = 'env A=1 python -m grpoflow.verl.train --marker m -- \\\n    python -m verl.trainer.main_ppo x="$(python -m grpoflow.discovery path s.json)" y=/opt/python -m z=mypython'
     out = JobEnv("", "/c/bin/python").command(cmd)
     assert out.count("/c/bin/python -m ") == 3 and "y=/opt/python -m" in out and "z=mypython" in out
-    assert JobEnv("source /c/bin/activate", "python").command("python -m a").startswith("source /c/bin/activate && python -m a")
+    assert (
+        JobEnv("source /c/bin/activate", "python")
+        .command("python -m a")
+        .startswith("source /c/bin/activate && python -m a")
+    )
 
 
 def test_train_check_follows_the_trainers_overrides():
     names = lambda ov: [m for m, _, _ in envcheck.train_verl_needs(ov)]  # noqa: E731
     assert names({}) == ["verl", "transfer_queue", "vllm", "flash_attn"]
-    assert names({"trainer.use_v1": "false", "actor_rollout_ref.model.override_config.attn_implementation": "sdpa"}) == ["verl", "vllm"]
+    assert names(
+        {"trainer.use_v1": "false", "actor_rollout_ref.model.override_config.attn_implementation": "sdpa"}
+    ) == ["verl", "vllm"]
 
 
 def test_a_missing_package_is_one_line_naming_the_interpreter_and_the_settings():
@@ -52,9 +67,15 @@ def test_a_missing_package_is_one_line_naming_the_interpreter_and_the_settings()
     assert "\n" not in msg and sys.executable in msg and "vllm (verl[vllm]) (for evaluation.backend: vllm)" in msg
     assert "cluster_env.python" in msg and "--sdm conda" in msg
     envcheck.check("merge-verl")  # verl is installed here: passes
-    proc = subprocess.run([sys.executable, "-m", "grpoflow.envcheck", "eval-vllm"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpoflow.envcheck", "eval-vllm"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 1 and f"job interpreter: {sys.executable}" in proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].startswith("grpoflow: error: environment check failed for evaluate (backend vllm)")
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith("grpoflow: error: environment check failed for evaluate (backend vllm)")
+    )
     assert "Traceback" not in proc.stderr
 
 
@@ -63,21 +84,42 @@ def test_dry_run_shows_each_job_with_its_interpreter(tmp_path):
     base = ["-n", "-p", "--profile", str(REPO / "profiles/slurm"), "--configfile", "config/qwen3-8b-gsm8k.yaml"]
     out = snakemake([*base, "--config", "cluster_env={python: /shared/envs/grpoflow-cluster/bin/python}"], wd).stdout
     py = "/shared/envs/grpoflow-cluster/bin/python"
-    assert f"{py} -m grpoflow.verl.train" in out and f"{py} -m verl.trainer.main_ppo" in out and f"$({py} -m grpoflow.discovery path" in out
+    assert (
+        f"{py} -m grpoflow.verl.train" in out
+        and f"{py} -m verl.trainer.main_ppo" in out
+        and f"$({py} -m grpoflow.discovery path" in out
+    )
     assert f"{py} -m grpoflow.workflow merge_checkpoint" in out and f"{py} -m grpoflow.workflow evaluate" in out
     # Data rules are local `script:` rules: Snakemake's own interpreter, no cluster env.
     assert "node-shape check" not in out  # a dry-run never asks SLURM
-    out = snakemake([*base, "--config", "cluster_env={activate: 'module load cuda; source /s/venv/bin/activate'}"], wd).stdout
+    out = snakemake(
+        [*base, "--config", "cluster_env={activate: 'module load cuda; source /s/venv/bin/activate'}"], wd
+    ).stdout
     assert "module load cuda; source /s/venv/bin/activate && python -m grpoflow.workflow merge_checkpoint" in out
 
 
 def test_shell_job_runs_the_library_function_with_its_check_first(tmp_path):
     """`python -m grpoflow.workflow evaluate` with evaluation.backend vllm stops at the check, before reading any input."""
     log = tmp_path / "eval.log"
-    kwargs = {"settings": {"backend": "vllm"}, "model_name": "m", "model": {}, "benchmark_name": "b", "benchmark": {}, "prompt": None,
-              "inputs": {}, "metrics_path": str(tmp_path / "m.json"), "samples_path": str(tmp_path / "s.jsonl")}
-    proc = subprocess.run([sys.executable, "-m", "grpoflow.workflow", "evaluate", "--log", str(log), "--kwargs", json.dumps(kwargs)],
-                          capture_output=True, text=True, timeout=60)
+    kwargs = {
+        "settings": {"backend": "vllm"},
+        "model_name": "m",
+        "model": {},
+        "benchmark_name": "b",
+        "benchmark": {},
+        "prompt": None,
+        "inputs": {},
+        "metrics_path": str(tmp_path / "m.json"),
+        "samples_path": str(tmp_path / "s.jsonl"),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpoflow.workflow", "evaluate", "--log", str(log), "--kwargs", json.dumps(kwargs)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
     text = log.read_text()
-    assert f"job interpreter: {sys.executable}" in text and text.rstrip().splitlines()[-1].startswith("grpoflow: error: environment check failed for evaluate")
+    assert f"job interpreter: {sys.executable}" in text and text.rstrip().splitlines()[-1].startswith(
+        "grpoflow: error: environment check failed for evaluate"
+    )

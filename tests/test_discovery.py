@@ -65,13 +65,28 @@ def test_explicit_step(tmp_path):
         discover(spec(tmp_path, step=7))
 
 
-@pytest.mark.parametrize("layout,message", [
-    ({}, "holds no checkpoint: looked for latest_checkpointed_iteration.txt, global_step_N/ and checkpoint-N/"),
-    ({"global_step_10/actor/model_world_size_2_rank_0.pt": "x"}, "step 10 of .* has no Hugging Face model: looked in .*global_step_10/huggingface"),
-    ({"global_step_10/huggingface/config.json": "{}", "global_step_10/huggingface/model.safetensors": "x"}, "missing a tokenizer"),
-    ({"global_step_10/huggingface/config.json": "{}", "global_step_10/huggingface/tokenizer.json": "{}"}, "missing weights"),
-    ({"global_step_10/huggingface/config.json": "{}", "latest_checkpointed_iteration.txt": "12"}, "says '12', but .* has no such step dir"),
-])
+@pytest.mark.parametrize(
+    "layout,message",
+    [
+        ({}, "holds no checkpoint: looked for latest_checkpointed_iteration.txt, global_step_N/ and checkpoint-N/"),
+        (
+            {"global_step_10/actor/model_world_size_2_rank_0.pt": "x"},
+            "step 10 of .* has no Hugging Face model: looked in .*global_step_10/huggingface",
+        ),
+        (
+            {"global_step_10/huggingface/config.json": "{}", "global_step_10/huggingface/model.safetensors": "x"},
+            "missing a tokenizer",
+        ),
+        (
+            {"global_step_10/huggingface/config.json": "{}", "global_step_10/huggingface/tokenizer.json": "{}"},
+            "missing weights",
+        ),
+        (
+            {"global_step_10/huggingface/config.json": "{}", "latest_checkpointed_iteration.txt": "12"},
+            "says '12', but .* has no such step dir",
+        ),
+    ],
+)
 def test_failures_say_where_they_looked(tmp_path, layout, message):
     for rel, content in layout.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -98,7 +113,13 @@ def test_sft_json_and_cli(tmp_path):
     hf_dir(tmp_path / "run" / "global_step_2" / "huggingface")
     out = tmp_path / "sft.json"
     discover_to_file(spec(tmp_path / "run"), str(out))
-    path = subprocess.run([sys.executable, "-m", "grpoflow.discovery", "path", str(out)], capture_output=True, text=True, check=True).stdout.strip()
+    path = subprocess.run(
+        [sys.executable, "-m", "grpoflow.discovery", "path", str(out)], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert path == json.loads(out.read_text())["path"]
-    bad = subprocess.run([sys.executable, "-m", "grpoflow.discovery", "path", str(tmp_path / "missing.json")], capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "grpoflow.discovery", "path", str(tmp_path / "missing.json")],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "discover_sft_checkpoint" in bad.stderr

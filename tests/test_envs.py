@@ -25,6 +25,10 @@ def test_env_file_is_valid_conda_yaml_with_python_311(env, lock):
 
 
 def test_local_lock_holds_both_planes_cpu_parts():
-    pins = dict(ln.split("==", 1) for ln in (REPO / "requirements/local.lock").read_text().splitlines() if "==" in ln and not ln.startswith("#"))
+    pins = dict(
+        ln.split("==", 1)
+        for ln in (REPO / "requirements/local.lock").read_text().splitlines()
+        if "==" in ln and not ln.startswith("#")
+    )
     assert pins["torch"] == "2.13.0" and pins["verl"] == "0.9.1" and pins["trl"] == "1.16.0"
     assert pins["antlr4-python3-runtime"].startswith("4.9."), "hydra-core 1.3 (verl's config system) pins antlr 4.9"

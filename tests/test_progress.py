@@ -11,7 +11,9 @@ from grpoflow.progress import StepProgress, duration
 from grpoflow.verl import metrics as vm
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(0, "0s"), (42.4, "42s"), (282, "4m42s"), (11220, "3h07m"), (190800, "2d05h")])
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(0, "0s"), (42.4, "42s"), (282, "4m42s"), (11220, "3h07m"), (190800, "2d05h")]
+)
 def test_duration_is_short_and_exact_enough(seconds, text):
     assert duration(seconds) == text
 
@@ -20,9 +22,14 @@ def test_line_has_step_reward_accuracy_speed_and_eta_measured_on_this_attempt():
     now = [1000.0]
     progress = StepProgress(100, clock=lambda: now[0])
     # A resumed attempt: its first reported step is 41; until a second step, the trainer's own step time stands in.
-    assert progress.line(41, {"reward": 0.5312, "accuracy": 0.41, "time_s": 3.0}) == "step 41/100 (41%) | reward 0.531 | accuracy 0.410 | 3.0 s/step | ETA 2m57s"
+    assert (
+        progress.line(41, {"reward": 0.5312, "accuracy": 0.41, "time_s": 3.0})
+        == "step 41/100 (41%) | reward 0.531 | accuracy 0.410 | 3.0 s/step | ETA 2m57s"
+    )
     now[0] += 8.0  # two steps in 8 s of wall clock (the step time the trainer reports leaves out logging, saving...)
-    assert progress.line(43, {"reward": 0.6, "time_s": 3.0}) == "step 43/100 (43%) | reward 0.600 | 4.0 s/step | ETA 3m48s"
+    assert (
+        progress.line(43, {"reward": 0.6, "time_s": 3.0}) == "step 43/100 (43%) | reward 0.600 | 4.0 s/step | ETA 3m48s"
+    )
 
 
 def test_line_without_any_timing_says_only_what_it_knows():

@@ -50,14 +50,20 @@ def test_no_model_load_trusts_remote_code_by_itself():
     assert len(loads) >= 10  # the audit found the loads (evaluation, training, merge, demo)
     for where, line, call in loads:
         for kw in call.keywords:
-            assert not (kw.arg == "trust_remote_code" and _true_literal(kw.value)), f"{where}:{line} sets trust_remote_code=True"
-            assert kw.arg is not None or not isinstance(kw.value, ast.Dict), f"{where}:{line} passes **{{...}}: audit it"
+            assert not (kw.arg == "trust_remote_code" and _true_literal(kw.value)), (
+                f"{where}:{line} sets trust_remote_code=True"
+            )
+            assert kw.arg is not None or not isinstance(kw.value, ast.Dict), (
+                f"{where}:{line} passes **{{...}}: audit it"
+            )
     # Nowhere else either: no literal True for trust_remote_code in a dict or keyword anywhere in the package.
     for path in SRC.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Dict):
                 for k, v in zip(node.keys, node.values):
-                    assert not (isinstance(k, ast.Constant) and k.value == "trust_remote_code" and _true_literal(v)), f"{path}:{node.lineno}"
+                    assert not (isinstance(k, ast.Constant) and k.value == "trust_remote_code" and _true_literal(v)), (
+                        f"{path}:{node.lineno}"
+                    )
             if isinstance(node, ast.keyword) and node.arg == "trust_remote_code":
                 assert not _true_literal(node.value), f"{path}: trust_remote_code=True"
 
@@ -65,7 +71,9 @@ def test_no_model_load_trusts_remote_code_by_itself():
 def test_trust_remote_code_defaults_to_false_in_the_schema(default_config):
     from grpoflow.config import resolve_config
 
-    cfg = resolve_config({**default_config, "evaluation": {**default_config["evaluation"], "models": {"ext": {"path": "org/model"}}}})
+    cfg = resolve_config(
+        {**default_config, "evaluation": {**default_config["evaluation"], "models": {"ext": {"path": "org/model"}}}}
+    )
     assert all(cfg.experiment(e)["sft"]["trust_remote_code"] is False for e in cfg.experiments)
     assert cfg.models["ext"]["trust_remote_code"] is False
 
@@ -77,16 +85,38 @@ def _remote_code_model(root: Path, sentinel: Path) -> Path:
     from transformers import PreTrainedTokenizerFast
 
     root.mkdir(parents=True)
-    vocab = {t: i for i, t in enumerate(["<|endoftext|>", "<|im_start|>", "<|im_end|>", "[UNK]", *"abcdefghijklmnopqrstuvwxyz0123456789 +-=?\n"])}
+    vocab = {
+        t: i
+        for i, t in enumerate(
+            ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "[UNK]", *"abcdefghijklmnopqrstuvwxyz0123456789 +-=?\n"]
+        )
+    }
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                            chat_template="{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                                          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}").save_pretrained(root)
-    (root / "config.json").write_text(json.dumps({"model_type": "grpoflow_probe", "architectures": ["ProbeForCausalLM"],
-                                                  "auto_map": {"AutoConfig": "configuration_probe.ProbeConfig", "AutoModelForCausalLM": "modeling_probe.ProbeForCausalLM"}}))
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        chat_template="{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+    ).save_pretrained(root)
+    (root / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "grpoflow_probe",
+                "architectures": ["ProbeForCausalLM"],
+                "auto_map": {
+                    "AutoConfig": "configuration_probe.ProbeConfig",
+                    "AutoModelForCausalLM": "modeling_probe.ProbeForCausalLM",
+                },
+            }
+        )
+    )
     payload = f"from pathlib import Path\nPath({str(sentinel)!r}).write_text('model code ran')\n"
-    (root / "configuration_probe.py").write_text(payload + "from transformers import PretrainedConfig\n\n\nclass ProbeConfig(PretrainedConfig):\n    model_type = 'grpoflow_probe'\n")
+    (root / "configuration_probe.py").write_text(
+        payload
+        + "from transformers import PretrainedConfig\n\n\nclass ProbeConfig(PretrainedConfig):\n    model_type = 'grpoflow_probe'\n"
+    )
     (root / "modeling_probe.py").write_text(payload)
     (root / "model.safetensors").write_bytes(b"")
     return root
@@ -110,21 +140,38 @@ def test_model_with_its_own_code_is_refused_unless_trusted_per_model(tmp_path):
 
     def run(trusted: bool, target: str):
         config = {
-            "datasets": {"arith": {"source": "synthetic", "format": "gsm8k", "synthetic": {"train_size": 40, "test_size": 4}}},
-            "experiments": {"probe": {"backend": "trl", "data": {"dataset": "arith", "val_split": None}, "sft": {"model": str(model)},
-                                      "grpo": {"total_steps": 1}, "trl": {"use_cpu": True}}},
-            "evaluation": {"models": {"ext": {"path": str(model), "trust_remote_code": trusted}},
-                           "benchmarks": {"mine": {"path": "bench.jsonl", "prompt_key": "question", "answer_key": "answer", "format": "gsm8k"}}},
+            "datasets": {
+                "arith": {"source": "synthetic", "format": "gsm8k", "synthetic": {"train_size": 40, "test_size": 4}}
+            },
+            "experiments": {
+                "probe": {
+                    "backend": "trl",
+                    "data": {"dataset": "arith", "val_split": None},
+                    "sft": {"model": str(model)},
+                    "grpo": {"total_steps": 1},
+                    "trl": {"use_cpu": True},
+                }
+            },
+            "evaluation": {
+                "models": {"ext": {"path": str(model), "trust_remote_code": trusted}},
+                "benchmarks": {
+                    "mine": {"path": "bench.jsonl", "prompt_key": "question", "answer_key": "answer", "format": "gsm8k"}
+                },
+            },
         }
         (wd / "probe.yaml").write_text(yaml.safe_dump(config))
         return snakemake([*LOCAL_PROFILE, target, "--configfile", "probe.yaml"], wd, check=False)
 
     proc = run(False, "results/probe/training_complete.json")
-    assert _failure_line(proc) == (f"grpoflow: error: {model} ships its own Python code (config.json auto_map: AutoConfig, AutoModelForCausalLM), "
-                                   "which is only run when allowed: set sft.trust_remote_code: true if you trust that code")
+    assert _failure_line(proc) == (
+        f"grpoflow: error: {model} ships its own Python code (config.json auto_map: AutoConfig, AutoModelForCausalLM), "
+        "which is only run when allowed: set sft.trust_remote_code: true if you trust that code"
+    )
     assert "Error in rule discover_sft_checkpoint" in proc.stdout + proc.stderr
     line = _failure_line(run(False, "results/ext/eval/mine.json"))
-    assert line.endswith("which is only run when allowed: set evaluation.models.ext.trust_remote_code: true if you trust that code")
+    assert line.endswith(
+        "which is only run when allowed: set evaluation.models.ext.trust_remote_code: true if you trust that code"
+    )
     assert not sentinel.exists()
 
     proc = run(True, "results/ext/eval/mine.json")
@@ -135,11 +182,17 @@ def test_model_with_its_own_code_is_refused_unless_trusted_per_model(tmp_path):
 # ---- credentials --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("overlay,key", [
-    ({"defaults": {"trl": {"extra_args": {"hub_token": "hf_xxx"}}}}, "trl.extra_args.hub_token"),
-    ({"defaults": {"verl": {"env": {"WANDB_API_KEY": "k"}}}}, "verl.env.WANDB_API_KEY"),
-    ({"defaults": {"verl": {"extra_overrides": ["+ray_kwargs.ray_init.runtime_env.env_vars.HF_TOKEN=hf_xxx"]}}}, "verl.extra_overrides"),
-])
+@pytest.mark.parametrize(
+    "overlay,key",
+    [
+        ({"defaults": {"trl": {"extra_args": {"hub_token": "hf_xxx"}}}}, "trl.extra_args.hub_token"),
+        ({"defaults": {"verl": {"env": {"WANDB_API_KEY": "k"}}}}, "verl.env.WANDB_API_KEY"),
+        (
+            {"defaults": {"verl": {"extra_overrides": ["+ray_kwargs.ray_init.runtime_env.env_vars.HF_TOKEN=hf_xxx"]}}},
+            "verl.extra_overrides",
+        ),
+    ],
+)
 def test_credentials_in_the_config_are_refused(default_config, overlay, key):
     from grpoflow.config import deep_merge, load_config_files, resolve_config
     from grpoflow.errors import ConfigError
@@ -147,24 +200,64 @@ def test_credentials_in_the_config_are_refused(default_config, overlay, key):
     base = default_config if "trl" in str(overlay) else load_config_files([str(REPO / "config/qwen3-8b-gsm8k.yaml")])
     with pytest.raises(ConfigError) as err:
         resolve_config(deep_merge(json.loads(json.dumps(base)), overlay))
-    assert f".{key}" in str(err.value) and "is a credential" in str(err.value) and "export it in the shell that runs snakemake" in str(err.value)
+    assert (
+        f".{key}" in str(err.value)
+        and "is a credential" in str(err.value)
+        and "export it in the shell that runs snakemake" in str(err.value)
+    )
 
 
 def test_harmless_names_that_contain_token_are_accepted():
     from grpoflow.config import is_credential_name
 
-    assert not any(map(is_credential_name, ["TOKENIZERS_PARALLELISM", "NCCL_DEBUG", "WANDB_PROJECT", "VLLM_USE_V1", "push_to_hub",
-                                              # verl and TRL settings (the first one once failed CI: a false credential)
-                                              "response_key", "prompt_key", "reward_fn_key", "ppo_max_token_len_per_gpu",
-                                              "log_prob_max_token_len_per_gpu", "pad_token", "eos_token", "max_tokens"]))
-    assert all(map(is_credential_name, ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "hub_token",
-                                          "token", "access_token", "WANDB_KEY_SECRET", "db_password", "OPENAI_API_KEY"]))
+    assert not any(
+        map(
+            is_credential_name,
+            [
+                "TOKENIZERS_PARALLELISM",
+                "NCCL_DEBUG",
+                "WANDB_PROJECT",
+                "VLLM_USE_V1",
+                "push_to_hub",
+                # verl and TRL settings (the first one once failed CI: a false credential)
+                "response_key",
+                "prompt_key",
+                "reward_fn_key",
+                "ppo_max_token_len_per_gpu",
+                "log_prob_max_token_len_per_gpu",
+                "pad_token",
+                "eos_token",
+                "max_tokens",
+            ],
+        )
+    )
+    assert all(
+        map(
+            is_credential_name,
+            [
+                "HF_TOKEN",
+                "HUGGING_FACE_HUB_TOKEN",
+                "WANDB_API_KEY",
+                "AWS_SECRET_ACCESS_KEY",
+                "hub_token",
+                "token",
+                "access_token",
+                "WANDB_KEY_SECRET",
+                "db_password",
+                "OPENAI_API_KEY",
+            ],
+        )
+    )
 
 
 def files_containing(root: Path, secret: str) -> list[str]:
     """Every file under ``root`` (logs, outputs, Snakemake's own records) that contains ``secret``."""
     needle = secret.encode()
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and not p.is_symlink() and needle in p.read_bytes())
+    return sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and not p.is_symlink() and needle in p.read_bytes()
+    )
 
 
 @pytest.mark.slow
@@ -184,9 +277,20 @@ def test_upload_run_with_hf_token_logs_and_writes_no_token(short_local_run, tmp_
         snakemake([*LOCAL_PROFILE, target, "--configfile", *SHORT_CONFIG[1:], str(overlay)], wd, env=env)
         assert json.loads((wd / target).read_text())["sent"] is True
         wrong = "hf_" + secrets.token_hex(17)
-        overlay.write_text(yaml.safe_dump({"defaults": {"upload": {"enabled": True, "repo_id": "grpoflow-test/tiny", "revision": "other"}}}))
-        proc = snakemake([*LOCAL_PROFILE, target, "--configfile", *SHORT_CONFIG[1:], str(overlay)], wd, env={**env, "HF_TOKEN": wrong}, check=False)
-    assert _failure_line(proc).startswith("grpoflow: error: upload of tiny-arith-seed1 to grpoflow-test/tiny@other failed: ")
+        overlay.write_text(
+            yaml.safe_dump(
+                {"defaults": {"upload": {"enabled": True, "repo_id": "grpoflow-test/tiny", "revision": "other"}}}
+            )
+        )
+        proc = snakemake(
+            [*LOCAL_PROFILE, target, "--configfile", *SHORT_CONFIG[1:], str(overlay)],
+            wd,
+            env={**env, "HF_TOKEN": wrong},
+            check=False,
+        )
+    assert _failure_line(proc).startswith(
+        "grpoflow: error: upload of tiny-arith-seed1 to grpoflow-test/tiny@other failed: "
+    )
     assert wrong not in proc.stdout + proc.stderr and token not in proc.stdout + proc.stderr
     assert files_containing(wd, token) == [] and files_containing(wd, wrong) == []
 
@@ -223,6 +327,8 @@ def test_no_reward_executes_model_text_or_ground_truth(tmp_path):
             scores = fn(prompts=prompts, completions=completions, ground_truth=[truth] * len(completions))
             assert len(scores) == len(completions)
         for c in completions:
-            out = compute_score("grpoflow/arith", c, truth, {}, funcs=names, params={"soft_overlong": {"max_len": 8192}})
+            out = compute_score(
+                "grpoflow/arith", c, truth, {}, funcs=names, params={"soft_overlong": {"max_len": 8192}}
+            )
             assert out["acc"] in (0.0, 1.0)
     assert not marker.exists(), "a reward executed model text or a ground truth"

@@ -9,7 +9,17 @@ import subprocess
 import pytest
 from grpoflow_testing import REPO, SHIPPED_CONFIGS, ensure_debian_tool, snakemake
 
-RULES = ["download_data", "convert_to_parquet", "discover_sft_checkpoint", "train_grpo", "merge_checkpoint", "evaluate", "upload_to_hub", "report", "all"]
+RULES = [
+    "download_data",
+    "convert_to_parquet",
+    "discover_sft_checkpoint",
+    "train_grpo",
+    "merge_checkpoint",
+    "evaluate",
+    "upload_to_hub",
+    "report",
+    "all",
+]
 PROFILES = {"local": str(REPO / "profiles" / "local"), "slurm": str(REPO / "profiles" / "slurm")}
 
 
@@ -24,7 +34,14 @@ def job_counts(stdout: str) -> dict[str, int]:
 def test_dry_run(workdir, profile, config):
     proc = snakemake(["-n", "--profile", PROFILES[profile], "--configfile", config], workdir)
     counts = job_counts(proc.stdout)
-    for rule in ("train_grpo", "merge_checkpoint", "evaluate", "report", "all", "discover_sft_checkpoint"):  # every shipped config trains
+    for rule in (
+        "train_grpo",
+        "merge_checkpoint",
+        "evaluate",
+        "report",
+        "all",
+        "discover_sft_checkpoint",
+    ):  # every shipped config trains
         assert counts.get(rule, 0) >= 1, f"{rule} missing from the DAG of {config}: {counts}"
 
 
@@ -52,10 +69,15 @@ def test_dag_renders_with_graphviz(workdir, kind):
 
 def test_config_error_is_one_line_through_the_cli(workdir, tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text((REPO / "config" / "config.yaml").read_text().replace("learning_rate: 5.0e-5", "lerning_rate: 5.0e-5"))
+    bad.write_text(
+        (REPO / "config" / "config.yaml").read_text().replace("learning_rate: 5.0e-5", "lerning_rate: 5.0e-5")
+    )
     proc = snakemake(["-n", "--configfile", str(bad)], workdir, check=False)
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines() == ["grpoflow: config error: unknown key 'lerning_rate' under defaults.grpo (allowed: " + proc.stderr.split("(allowed: ", 1)[1].strip()]
+    assert proc.stderr.strip().splitlines() == [
+        "grpoflow: config error: unknown key 'lerning_rate' under defaults.grpo (allowed: "
+        + proc.stderr.split("(allowed: ", 1)[1].strip()
+    ]
     assert "Traceback" not in proc.stderr
 
 

@@ -1,6 +1,6 @@
 """Regenerate this sample from the full GSM8K JSONL files (seeded, so the same rows come out every time).
 
-    python data/gsm8k_sample/make_sample.py ../shared/data/gsm8k data/gsm8k_sample
+python data/gsm8k_sample/make_sample.py ../shared/data/gsm8k data/gsm8k_sample
 """
 
 import random

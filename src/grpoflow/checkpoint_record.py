@@ -113,8 +113,11 @@ def describe_changes(old: dict, new: dict) -> list[str]:
         if a.get(key, _MISSING) != b.get(key, _MISSING):
             out.append(f"{'.'.join(key)} {_show(a.get(key, _MISSING))} -> {_show(b.get(key, _MISSING))}")
     if old.get("start_model") != new.get("start_model"):
-        files = sorted(k for k in set(old.get("start_model") or {}) | set(new.get("start_model") or {})
-                       if (old.get("start_model") or {}).get(k) != (new.get("start_model") or {}).get(k))
+        files = sorted(
+            k
+            for k in set(old.get("start_model") or {}) | set(new.get("start_model") or {})
+            if (old.get("start_model") or {}).get(k) != (new.get("start_model") or {}).get(k)
+        )
         out.append(f"the start model ({', '.join(files[:3])}{' …' if len(files) > 3 else ''} differ)")
     if old.get("data") != new.get("data"):
         out.append("the training data's content")
@@ -139,10 +142,20 @@ def read_record(checkpoint_dir: str | os.PathLike) -> dict | None:
         record = read_json(path)
     except (OSError, ValueError):
         return None
-    return record if isinstance(record, dict) and "identity" in record else None  # the pre-identity TRL format counts as none
+    return (
+        record if isinstance(record, dict) and "identity" in record else None
+    )  # the pre-identity TRL format counts as none
 
 
-def check(checkpoint_dir: str | os.PathLike, identity: dict, *, latest: int | None, finished: bool, allow_change: bool, where: str) -> dict:
+def check(
+    checkpoint_dir: str | os.PathLike,
+    identity: dict,
+    *,
+    latest: int | None,
+    finished: bool,
+    allow_change: bool,
+    where: str,
+) -> dict:
     """Compare ``identity`` with the record of ``checkpoint_dir`` (whose newest checkpoint is step ``latest``, the
     final one when ``finished``); raise ConfigError when the checkpoints belong to other settings, else write the
     record and return it. ``where`` is the experiment's config prefix (``experiments.NAME``) for the messages."""
@@ -157,9 +170,16 @@ def check(checkpoint_dir: str | os.PathLike, identity: dict, *, latest: int | No
         new = {"identity": identity, "history": []}
     elif record is None:
         if not allow_change:
-            raise ConfigError(f"config error: {shown} holds checkpoints (up to step {latest}) with no record of what they were trained from "
-                              f"(saved before grpoflow kept {RECORD}, or by another tool): {fresh}, or set {where}.{OPT_IN}: true to continue from them under the current settings")
-        log.warning("%s: adopting checkpoints up to step %d, which have no record, under the current settings (%s: true)", shown, latest, OPT_IN)
+            raise ConfigError(
+                f"config error: {shown} holds checkpoints (up to step {latest}) with no record of what they were trained from "
+                f"(saved before grpoflow kept {RECORD}, or by another tool): {fresh}, or set {where}.{OPT_IN}: true to continue from them under the current settings"
+            )
+        log.warning(
+            "%s: adopting checkpoints up to step %d, which have no record, under the current settings (%s: true)",
+            shown,
+            latest,
+            OPT_IN,
+        )
         new = {"identity": identity, "history": [{"up_to_step": latest, "identity": None}]}
     elif record["identity"] == identity:
         return record
@@ -167,10 +187,23 @@ def check(checkpoint_dir: str | os.PathLike, identity: dict, *, latest: int | No
         changes = describe_changes(record["identity"], identity)
         what = f"{shown} holds checkpoints (up to step {latest}) trained with other settings: {_summary(changes)}"
         if finished:
-            raise ConfigError(f"config error: {what}; that run is finished, so continuing would train nothing and only relabel its weights: {fresh}, or restore those settings")
+            raise ConfigError(
+                f"config error: {what}; that run is finished, so continuing would train nothing and only relabel its weights: {fresh}, or restore those settings"
+            )
         if not allow_change:
-            raise ConfigError(f"config error: {what}: {fresh}, or set {where}.{OPT_IN}: true to continue from step {latest} under the new settings")
-        log.warning("%s; continuing from step %d under the new settings (%s: true); the old ones are kept in %s", what, latest, OPT_IN, ckpt / RECORD)
-        new = {"identity": identity, "history": record.get("history", []) + [{"up_to_step": latest, "identity": record["identity"]}]}
+            raise ConfigError(
+                f"config error: {what}: {fresh}, or set {where}.{OPT_IN}: true to continue from step {latest} under the new settings"
+            )
+        log.warning(
+            "%s; continuing from step %d under the new settings (%s: true); the old ones are kept in %s",
+            what,
+            latest,
+            OPT_IN,
+            ckpt / RECORD,
+        )
+        new = {
+            "identity": identity,
+            "history": record.get("history", []) + [{"up_to_step": latest, "identity": record["identity"]}],
+        }
     atomic_write_json(ckpt / RECORD, new)
     return new

@@ -56,12 +56,23 @@ def _add_object_defaults(schema: dict) -> None:
                 isinstance(t, dict)
                 and t.get("type") == "object"
                 and "default" not in sub
-                and not (t.get("required") or t.get("minProperties") or t.get("oneOf") or sub.get("x-no-default") or t.get("x-no-default"))
+                and not (
+                    t.get("required")
+                    or t.get("minProperties")
+                    or t.get("oneOf")
+                    or sub.get("x-no-default")
+                    or t.get("x-no-default")
+                )
             ):
                 sub["default"] = {}
             if isinstance(t, dict) and t is sub:  # inline object: recurse one level (e.g. verl.rollout)
                 for inner in (t.get("properties") or {}).values():
-                    if isinstance(inner, dict) and inner.get("type") == "object" and "default" not in inner and not (inner.get("required") or inner.get("minProperties") or inner.get("x-no-default")):
+                    if (
+                        isinstance(inner, dict)
+                        and inner.get("type") == "object"
+                        and "default" not in inner
+                        and not (inner.get("required") or inner.get("minProperties") or inner.get("x-no-default"))
+                    ):
                         inner["default"] = {}
 
 
@@ -157,7 +168,9 @@ def _check(instance: Any, schema: dict, *, fill_defaults: bool, where: str = "")
     root = load_schema()
     base = jsonschema.validators.validator_for(root)
     # NaN and infinities (YAML's .nan, .inf) are no setting anyone means: not numbers here.
-    types = base.TYPE_CHECKER.redefine("number", lambda _, x: base.TYPE_CHECKER.is_type(x, "number") and math.isfinite(x))
+    types = base.TYPE_CHECKER.redefine(
+        "number", lambda _, x: base.TYPE_CHECKER.is_type(x, "number") and math.isfinite(x)
+    )
     cls = jsonschema.validators.extend(base, type_checker=types)
     if fill_defaults:
         cls = _with_defaults(cls)
@@ -195,7 +208,7 @@ def deep_merge(base: dict, override: dict) -> dict:
 
 def _resolve_ref(node: Any, defs: dict) -> Any:
     while isinstance(node, dict) and str(node.get("$ref", "")).startswith("#/$defs/"):
-        path = node["$ref"][len("#/$defs/"):].split("/")
+        path = node["$ref"][len("#/$defs/") :].split("/")
         node = defs
         for part in path:
             node = node[part]
@@ -336,38 +349,54 @@ def dataset_splits(ds: dict) -> list[str]:
 def _check_dataset(name: str, ds: dict) -> None:
     where = f"datasets.{name}"
     if "{question}" not in ds["prompt"]["template"]:
-        raise ConfigError(f"config error: {where}.prompt.template = {ds['prompt']['template']!r} has no {{question}} placeholder: the problem text would be dropped")
+        raise ConfigError(
+            f"config error: {where}.prompt.template = {ds['prompt']['template']!r} has no {{question}} placeholder: the problem text would be dropped"
+        )
     native = set(dataset_splits({**ds, "validation": None, "test": None}))
     for key, split in (("validation", "val"), ("test", "test")):
         if ds.get(key) and split in native:
-            raise ConfigError(f"config error: {where}.{key}: the source already provides a {split!r} split; remove {where}.{key} (or drop that split from the source)")
+            raise ConfigError(
+                f"config error: {where}.{key}: the source already provides a {split!r} split; remove {where}.{key} (or drop that split from the source)"
+            )
 
 
 def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> None:
     where = f"experiments.{name}"
     data = exp.get("data") or {}
     if "dataset" not in data:
-        raise ConfigError(f"config error: {where}.data.dataset is missing: name the dataset to train on (one of: {', '.join(cfg.datasets) or 'none defined under datasets'})")
+        raise ConfigError(
+            f"config error: {where}.data.dataset is missing: name the dataset to train on (one of: {', '.join(cfg.datasets) or 'none defined under datasets'})"
+        )
     ds = data["dataset"]
     if ds not in cfg.datasets:
-        raise ConfigError(f"config error: {where}.data.dataset = {ds!r} is not defined under datasets (defined: {', '.join(cfg.datasets) or 'none'})")
+        raise ConfigError(
+            f"config error: {where}.data.dataset = {ds!r} is not defined under datasets (defined: {', '.join(cfg.datasets) or 'none'})"
+        )
     splits = cfg.dataset_splits(ds)
     for key in ("train_split", "val_split"):
         split = data.get(key)
         if split is not None and split not in splits:
             fix = " (add datasets.%s.validation: {fraction: 0.05} to carve one)" % ds if split == "val" else ""
-            raise ConfigError(f"config error: {where}.data.{key} = {split!r}: dataset {ds!r} has splits {', '.join(splits)}{fix}")
+            raise ConfigError(
+                f"config error: {where}.data.{key} = {split!r}: dataset {ds!r} has splits {', '.join(splits)}{fix}"
+            )
     sft = exp.get("sft") or {}
     if bool(sft.get("model")) == bool(sft.get("run_dir")):
-        raise ConfigError(f"config error: {where}.sft: give exactly one of sft.model (an HF model dir or Hub id) or sft.run_dir (an SFT run dir whose latest checkpoint is discovered)")
+        raise ConfigError(
+            f"config error: {where}.sft: give exactly one of sft.model (an HF model dir or Hub id) or sft.run_dir (an SFT run dir whose latest checkpoint is discovered)"
+        )
     if sft.get("run_dir") == DEMO_SFT_RUN_DIR and not cfg.demo:
-        raise ConfigError(f"config error: {where}.sft.run_dir = {DEMO_SFT_RUN_DIR!r} is built by the demo, but this config has no `demo:` section")
+        raise ConfigError(
+            f"config error: {where}.sft.run_dir = {DEMO_SFT_RUN_DIR!r} is built by the demo, but this config has no `demo:` section"
+        )
     grpo = exp["grpo"]
     if "total_steps" not in grpo:
         raise ConfigError(f"config error: {where}.grpo.total_steps is missing: how many optimizer steps to train")
     rewards = exp["rewards"]
     if rewards.get("weights") is not None and len(rewards["weights"]) != len(rewards["funcs"]):
-        raise ConfigError(f"config error: {where}.rewards.weights has {len(rewards['weights'])} values for {len(rewards['funcs'])} funcs {rewards['funcs']}: give one weight per func")
+        raise ConfigError(
+            f"config error: {where}.rewards.weights has {len(rewards['weights'])} values for {len(rewards['funcs'])} funcs {rewards['funcs']}: give one weight per func"
+        )
     _check_rewards(where, rewards)
     _check_no_credentials(where, exp)
     _check_merge_step(where, exp)
@@ -376,7 +405,9 @@ def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> None:
         backend_check(name, exp, cfg)
     up = exp["upload"]
     if up["enabled"] and not up.get("repo_id"):
-        raise ConfigError(f"config error: {where}.upload.enabled is true but upload.repo_id is not set (e.g. your-org/{name})")
+        raise ConfigError(
+            f"config error: {where}.upload.enabled is true but upload.repo_id is not set (e.g. your-org/{name})"
+        )
 
 
 # A name is a credential when it ends in a secret's word (HF_TOKEN, hub_token, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY)
@@ -392,9 +423,11 @@ def is_credential_name(name: str) -> bool:
     if not words:
         return False
     before = words[-2] if len(words) > 1 else ""
-    return (bool(_SECRET_WORDS.intersection(words))
-            or (words[-1] == "token" and before not in _TOKEN_KINDS)
-            or (words[-1] == "key" and before in _KEY_KINDS))
+    return (
+        bool(_SECRET_WORDS.intersection(words))
+        or (words[-1] == "token" and before not in _TOKEN_KINDS)
+        or (words[-1] == "key" and before in _KEY_KINDS)
+    )
 
 
 def _check_no_credentials(where: str, exp: dict) -> None:
@@ -402,13 +435,18 @@ def _check_no_credentials(where: str, exp: dict) -> None:
     Snakemake prints and every log keeps (and config files end up in git)."""
     verl, trl = exp.get("verl") or {}, exp.get("trl") or {}
     named = [(f"verl.env.{k}", k) for k in verl.get("env") or {}]
-    named += [(f"verl.extra_overrides ({o.split('=', 1)[0]})", o.split("=", 1)[0].rsplit(".", 1)[-1]) for o in verl.get("extra_overrides") or []]
+    named += [
+        (f"verl.extra_overrides ({o.split('=', 1)[0]})", o.split("=", 1)[0].rsplit(".", 1)[-1])
+        for o in verl.get("extra_overrides") or []
+    ]
     named += [(f"trl.extra_args.{k}", k) for k in trl.get("extra_args") or {}]
     for key, name in named:
         if is_credential_name(name):
             env = name.upper() if key.startswith("verl.env") else "HF_TOKEN, WANDB_API_KEY"
-            raise ConfigError(f"config error: {where}.{key} is a credential, which would be printed and logged with the training command: remove it from the "
-                              f"config and export it in the shell that runs snakemake ({env}); every job inherits that environment")
+            raise ConfigError(
+                f"config error: {where}.{key} is a credential, which would be printed and logged with the training command: remove it from the "
+                f"config and export it in the shell that runs snakemake ({env}); every job inherits that environment"
+            )
 
 
 def saved_steps(total: int, save_freq: int, keep: int | None) -> list[int]:
@@ -425,14 +463,18 @@ def _check_merge_step(where: str, exp: dict) -> None:
     kept = saved_steps(grpo["total_steps"], grpo["save_freq"], grpo["max_checkpoints_to_keep"])
     if merge not in kept:
         shown = ", ".join(map(str, kept[-6:])) + (" …" if len(kept) > 6 else "")
-        raise ConfigError(f"config error: {where}.merge_step = {merge}: that checkpoint will not exist after training (kept steps: {shown}); pick one of them, or change grpo.save_freq / max_checkpoints_to_keep")
+        raise ConfigError(
+            f"config error: {where}.merge_step = {merge}: that checkpoint will not exist after training (kept steps: {shown}); pick one of them, or change grpo.save_freq / max_checkpoints_to_keep"
+        )
 
 
 def _check_rewards(where: str, rewards: dict) -> None:
     try:
         from grpoflow.rewards import check_reward_config  # owned by the reward library
     except ImportError:  # reward library not importable: fail loudly, never train with an unchecked reward
-        raise ConfigError("config error: grpoflow.rewards cannot be imported to check the reward config: reinstall the package (pip install -e .)")
+        raise ConfigError(
+            "config error: grpoflow.rewards cannot be imported to check the reward config: reinstall the package (pip install -e .)"
+        )
     check_reward_config(rewards, where=f"{where}.rewards")
 
 
@@ -466,7 +508,9 @@ def _build_models(cfg: WorkflowConfig) -> None:
 
     def add(mname: str, entry: dict, where: str) -> None:
         if mname in models and models[mname] != entry:
-            raise ConfigError(f"config error: {where}: model name {mname!r} is already used by {defined_at[mname]} for a different model; give one of them another name")
+            raise ConfigError(
+                f"config error: {where}: model name {mname!r} is already used by {defined_at[mname]} for a different model; give one of them another name"
+            )
         models.setdefault(mname, entry)
         defined_at.setdefault(mname, where)
 
@@ -482,10 +526,16 @@ def _build_models(cfg: WorkflowConfig) -> None:
                 continue  # shared SFT model: evaluated once, via the first experiment that uses it
             add(sname, {"kind": "sft", "experiment": name, "sft": sft_key}, f"experiments.{name}.sft.name")
     for mname, spec in cfg.evaluation["models"].items():
-        add(mname, {"kind": "external", "path": spec["path"], "trust_remote_code": spec["trust_remote_code"]}, f"evaluation.models.{mname}")
+        add(
+            mname,
+            {"kind": "external", "path": spec["path"], "trust_remote_code": spec["trust_remote_code"]},
+            f"evaluation.models.{mname}",
+        )
     clash = set(models) & set(cfg.experiments) - {n for n, m in models.items() if m["kind"] == "grpo"}
     if clash:
-        raise ConfigError(f"config error: name {sorted(clash)[0]!r} is both an experiment and another model: rename one")
+        raise ConfigError(
+            f"config error: name {sorted(clash)[0]!r} is both an experiment and another model: rename one"
+        )
     cfg.models = models
 
 
@@ -498,20 +548,30 @@ def _check_evaluation(cfg: WorkflowConfig) -> None:
         if "dataset" in bench:
             ds = bench["dataset"]
             if ds not in cfg.datasets:
-                raise ConfigError(f"config error: {where}.dataset = {ds!r} is not defined under datasets (defined: {', '.join(cfg.datasets) or 'none'})")
+                raise ConfigError(
+                    f"config error: {where}.dataset = {ds!r} is not defined under datasets (defined: {', '.join(cfg.datasets) or 'none'})"
+                )
             if bench["split"] not in cfg.dataset_splits(ds):
-                raise ConfigError(f"config error: {where}.split = {bench['split']!r}: dataset {ds!r} has splits {', '.join(cfg.dataset_splits(ds))}")
+                raise ConfigError(
+                    f"config error: {where}.split = {bench['split']!r}: dataset {ds!r} has splits {', '.join(cfg.dataset_splits(ds))}"
+                )
     if (cfg.experiments or cfg.evaluation["models"]) and not cfg.evaluation["benchmarks"]:
-        raise ConfigError("config error: evaluation.benchmarks is empty: name at least one benchmark (a dataset split or a file) to evaluate on")
+        raise ConfigError(
+            "config error: evaluation.benchmarks is empty: name at least one benchmark (a dataset split or a file) to evaluate on"
+        )
     primary = cfg.report.get("primary_benchmark")
     if primary and primary not in cfg.evaluation["benchmarks"]:
-        raise ConfigError(f"config error: report.primary_benchmark = {primary!r} is not one of evaluation.benchmarks ({', '.join(cfg.benchmarks())})")
+        raise ConfigError(
+            f"config error: report.primary_benchmark = {primary!r} is not one of evaluation.benchmarks ({', '.join(cfg.benchmarks())})"
+        )
 
 
 def resolve_config(raw: dict) -> WorkflowConfig:
     """Validate ``raw`` (as Snakemake loaded it) and return the resolved configuration. Raises ConfigError."""
     if not isinstance(raw, dict) or not raw:
-        raise ConfigError("config error: the configuration is empty: run from the repository root (config/config.yaml is the default) or pass --configfile config/<name>.yaml")
+        raise ConfigError(
+            "config error: the configuration is empty: run from the repository root (config/config.yaml is the default) or pass --configfile config/<name>.yaml"
+        )
     schema = load_schema()
     # A deep copy in which `1e-6` written without a dot is a number too; integers stay as written until the end,
     # so error messages quote the value the user wrote.
@@ -544,11 +604,20 @@ def resolve_config(raw: dict) -> WorkflowConfig:
     if demo is not None:
         _check(demo, {"$ref": "#/$defs/demo"}, fill_defaults=True, where="demo")
         demo.setdefault("tiny_model", {})
-        _check(demo["tiny_model"], {"$ref": "#/$defs/demo/properties/tiny_model"}, fill_defaults=True, where="demo.tiny_model")
+        _check(
+            demo["tiny_model"],
+            {"$ref": "#/$defs/demo/properties/tiny_model"},
+            fill_defaults=True,
+            where="demo.tiny_model",
+        )
         if "sft" not in demo:
-            raise ConfigError("config error: demo.sft is missing: the demo needs an SFT stage (demo.sft.dataset names its data)")
+            raise ConfigError(
+                "config error: demo.sft is missing: the demo needs an SFT stage (demo.sft.dataset names its data)"
+            )
         if demo["sft"]["dataset"] not in datasets:
-            raise ConfigError(f"config error: demo.sft.dataset = {demo['sft']['dataset']!r} is not defined under datasets (defined: {', '.join(datasets) or 'none'})")
+            raise ConfigError(
+                f"config error: demo.sft.dataset = {demo['sft']['dataset']!r} is not defined under datasets (defined: {', '.join(datasets) or 'none'})"
+            )
 
     # Canonical from here on (sorted keys, numbers as the schema types them): every rule param is built from
     # these, so the same settings in another key order or number spelling rerun nothing.
@@ -558,7 +627,9 @@ def resolve_config(raw: dict) -> WorkflowConfig:
     evaluation = canonical(evaluation, {"$ref": "#/$defs/evaluation"}, defs)
     report = canonical(report, {"$ref": "#/$defs/report"}, defs)
     demo = canonical(demo, {"$ref": "#/$defs/demo"}, defs) if demo is not None else None
-    cfg = WorkflowConfig(raw=raw, datasets=datasets, experiments=experiments, evaluation=evaluation, report=report, demo=demo)
+    cfg = WorkflowConfig(
+        raw=raw, datasets=datasets, experiments=experiments, evaluation=evaluation, report=report, demo=demo
+    )
     for name, exp in experiments.items():
         _check_experiment(name, exp, cfg)
     _build_models(cfg)

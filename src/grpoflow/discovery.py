@@ -28,7 +28,12 @@ from grpoflow.io import atomic_write_json, read_json
 log = logging.getLogger(__name__)
 
 STEP_DIR = re.compile(r"^(?:global_step_|checkpoint-)(\d+)$")
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -38,7 +43,9 @@ def check_hf_dir(path: Path) -> dict:
     missing = []
     if not (path / "config.json").is_file():
         missing.append("config.json")
-    weights = [f for f in WEIGHT_FILES if (path / f).is_file()] or sorted(p.name for p in path.glob("model-*.safetensors"))
+    weights = [f for f in WEIGHT_FILES if (path / f).is_file()] or sorted(
+        p.name for p in path.glob("model-*.safetensors")
+    )
     if not weights:
         missing.append("weights (model.safetensors or pytorch_model.bin)")
     tokenizer = [f for f in TOKENIZER_FILES if (path / f).is_file()]
@@ -57,8 +64,10 @@ def check_remote_code(path: Path, trusted: bool, key: str) -> None:
     except (OSError, ValueError, AttributeError):
         return  # check_hf_dir or the loader reports a missing or unreadable config.json
     if auto_map and not trusted:
-        raise DataError(f"{path} ships its own Python code (config.json auto_map: {', '.join(sorted(auto_map))}), which is only run when allowed: "
-                        f"set {key}: true if you trust that code")
+        raise DataError(
+            f"{path} ships its own Python code (config.json auto_map: {', '.join(sorted(auto_map))}), which is only run when allowed: "
+            f"set {key}: true if you trust that code"
+        )
 
 
 def checkpoint_steps(run_dir: str | Path, pattern: re.Pattern = STEP_DIR) -> dict[int, Path]:
@@ -85,23 +94,31 @@ def discover(spec: dict) -> dict:
     run_dir = Path(spec["run_dir"])
     hf_subdir = spec.get("hf_subdir") or "huggingface"
     if not run_dir.is_dir():
-        raise DataError(f"sft.run_dir {str(run_dir)!r} does not exist: point it at your SFT run dir (relative paths are relative to {os.getcwd()})")
+        raise DataError(
+            f"sft.run_dir {str(run_dir)!r} does not exist: point it at your SFT run dir (relative paths are relative to {os.getcwd()})"
+        )
     steps = checkpoint_steps(run_dir)
     marker = run_dir / "latest_checkpointed_iteration.txt"
     wanted = spec.get("step", "latest")
     if wanted != "latest":
         if wanted not in steps:
-            raise DataError(f"sft.step = {wanted}: {run_dir} has no global_step_{wanted} or checkpoint-{wanted} (steps: {sorted(steps) or 'none'})")
+            raise DataError(
+                f"sft.step = {wanted}: {run_dir} has no global_step_{wanted} or checkpoint-{wanted} (steps: {sorted(steps) or 'none'})"
+            )
         step, how = wanted, f"sft.step = {wanted}"
     elif marker.is_file():
         text = marker.read_text().strip()
         if not text.isdigit() or int(text) not in steps:
-            raise DataError(f"{marker} says {text!r}, but {run_dir} has no such step dir (steps: {sorted(steps) or 'none'}): fix or delete the file, or set sft.step")
+            raise DataError(
+                f"{marker} says {text!r}, but {run_dir} has no such step dir (steps: {sorted(steps) or 'none'}): fix or delete the file, or set sft.step"
+            )
         step, how = int(text), "latest_checkpointed_iteration.txt"
     elif steps:
         step, how = max(steps), "highest step dir"
     else:
-        raise DataError(f"sft.run_dir {str(run_dir)!r} holds no checkpoint: looked for latest_checkpointed_iteration.txt, global_step_N/ and checkpoint-N/ dirs; point sft.run_dir at the run's output dir or set sft.model to an HF model dir")
+        raise DataError(
+            f"sft.run_dir {str(run_dir)!r} holds no checkpoint: looked for latest_checkpointed_iteration.txt, global_step_N/ and checkpoint-N/ dirs; point sft.run_dir at the run's output dir or set sft.model to an HF model dir"
+        )
     ckpt = steps[step]
     looked = []
     for cand in _hf_candidates(ckpt, hf_subdir):
@@ -110,9 +127,19 @@ def discover(spec: dict) -> dict:
             files = check_hf_dir(cand)
             check_remote_code(cand, spec.get("trust_remote_code", False), "sft.trust_remote_code")
             log.info("SFT checkpoint: %s (step %d, found by %s)", cand, step, how)
-            return {"path": str(cand.resolve()), "step": step, "found_by": how, "run_dir": str(run_dir.resolve()),
-                    "checkpoint": str(ckpt.resolve()), "hf_subdir": hf_subdir, "files": files, "hub_id": None}
-    raise DataError(f"step {step} of {run_dir} ({how}) has no Hugging Face model: looked in {', '.join(looked)}; set sft.hf_subdir to the sub-folder holding it (e.g. huggingface_fast_math_r1)")
+            return {
+                "path": str(cand.resolve()),
+                "step": step,
+                "found_by": how,
+                "run_dir": str(run_dir.resolve()),
+                "checkpoint": str(ckpt.resolve()),
+                "hf_subdir": hf_subdir,
+                "files": files,
+                "hub_id": None,
+            }
+    raise DataError(
+        f"step {step} of {run_dir} ({how}) has no Hugging Face model: looked in {', '.join(looked)}; set sft.hf_subdir to the sub-folder holding it (e.g. huggingface_fast_math_r1)"
+    )
 
 
 def _explicit_model(model: str, trusted: bool) -> dict:
@@ -120,13 +147,29 @@ def _explicit_model(model: str, trusted: bool) -> dict:
     if path.exists():
         files = check_hf_dir(path)
         check_remote_code(path, trusted, "sft.trust_remote_code")
-        return {"path": str(path.resolve()), "step": None, "found_by": "sft.model (local dir)", "run_dir": None,
-                "checkpoint": None, "hf_subdir": None, "files": files, "hub_id": None}
+        return {
+            "path": str(path.resolve()),
+            "step": None,
+            "found_by": "sft.model (local dir)",
+            "run_dir": None,
+            "checkpoint": None,
+            "hf_subdir": None,
+            "files": files,
+            "hub_id": None,
+        }
     if HUB_ID.match(model) and not model.startswith(("./", "../", "/")):
         # A Hub id: trainers load it themselves (compute nodes need the Hub or a shared, warm HF_HOME).
         log.info("SFT model is Hub id %s: it is loaded by the trainer from the Hub or the HF cache", model)
-        return {"path": model, "step": None, "found_by": "sft.model (Hub id)", "run_dir": None,
-                "checkpoint": None, "hf_subdir": None, "files": None, "hub_id": model}
+        return {
+            "path": model,
+            "step": None,
+            "found_by": "sft.model (Hub id)",
+            "run_dir": None,
+            "checkpoint": None,
+            "hf_subdir": None,
+            "files": None,
+            "hub_id": model,
+        }
     raise DataError(f"sft.model {model!r} is neither an existing directory nor a Hub id (org/name): fix the path")
 
 
@@ -156,7 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "path":
         print(guarded(model_path, args.sft_json, what="grpoflow.discovery path"))
     else:
-        record = guarded(discover, {"run_dir": args.run_dir, "hf_subdir": args.hf_subdir, "step": "latest"}, what="grpoflow.discovery find")
+        record = guarded(
+            discover,
+            {"run_dir": args.run_dir, "hf_subdir": args.hf_subdir, "step": "latest"},
+            what="grpoflow.discovery find",
+        )
         print(json.dumps(record, indent=2))
     return 0
 

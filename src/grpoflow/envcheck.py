@@ -20,9 +20,11 @@ from grpoflow.errors import GrpoflowError
 log = logging.getLogger("grpoflow.envcheck")
 
 # How to pick the cluster environment (docs/cluster.md, "Deployment"); named in every failure.
-HOW_TO_PICK = ("install them there (requirements/cluster.lock; flash-attn on a GPU node) or run the job in an environment "
-               "that has them: cluster_env.python or cluster_env.activate in the config or profile, --sdm conda (envs/cluster.yaml), "
-               "or --sdm apptainer with cluster_env.container (docs/cluster.md#deployment)")
+HOW_TO_PICK = (
+    "install them there (requirements/cluster.lock; flash-attn on a GPU node) or run the job in an environment "
+    "that has them: cluster_env.python or cluster_env.activate in the config or profile, --sdm conda (envs/cluster.yaml), "
+    "or --sdm apptainer with cluster_env.container (docs/cluster.md#deployment)"
+)
 
 # (module that must be importable, pip package that provides it)
 VERL = ("verl", "verl==0.9.1")
@@ -80,7 +82,9 @@ def check(kind: str, overrides: dict[str, str] | None = None) -> None:
     if kind == "train-verl":
         require("train_grpo (backend verl)", train_verl_needs(overrides or {}))
     elif kind in NEEDS:
-        require({"merge-verl": "merge_checkpoint (backend verl)", "eval-vllm": "evaluate (backend vllm)"}[kind], NEEDS[kind])
+        require(
+            {"merge-verl": "merge_checkpoint (backend verl)", "eval-vllm": "evaluate (backend vllm)"}[kind], NEEDS[kind]
+        )
     else:
         raise GrpoflowError(f"unknown environment check {kind!r}: use train-verl, merge-verl or eval-vllm")
 

@@ -46,7 +46,9 @@ def model_files(model_dir: str) -> list[dict]:
 
     root = Path(model_dir)
     if not root.is_dir():
-        raise GrpoflowError(f"model dir {model_dir} not found: run merge_checkpoint first (snakemake results/<experiment>/model)")
+        raise GrpoflowError(
+            f"model dir {model_dir} not found: run merge_checkpoint first (snakemake results/<experiment>/model)"
+        )
     rel = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
     kept = [r for r in filter_repo_objects(rel, ignore_patterns=list(DEFAULT_IGNORE_PATTERNS)) if r != CARD_NAME]
     return [{"path": r, "size": (root / r).stat().st_size, "sha256": sha256_file(root / r)} for r in kept]
@@ -83,15 +85,28 @@ def model_card(experiment: str, experiment_cfg: dict, marker: dict, evaluations:
     grpo, data = experiment_cfg["grpo"], experiment_cfg["data"]
     base = _base_model(experiment_cfg)
     name = repo_id.split("/")[-1]
-    tags = ["grpo", "reinforcement-learning", "math", "grpoflow"] + (["lora-merged"] if grpo.get("lora", {}).get("rank") else [])
+    tags = ["grpo", "reinforcement-learning", "math", "grpoflow"] + (
+        ["lora-merged"] if grpo.get("lora", {}).get("rank") else []
+    )
     # The accuracies also go into the card's metadata (model-index), where the Hub shows them as evaluation results.
     results = [
-        EvalResult(task_type="text-generation", dataset_type=ev["benchmark"], dataset_name=ev["benchmark"], metric_type="accuracy",
-                   metric_value=round(ev["metrics"]["accuracy"], 4))
+        EvalResult(
+            task_type="text-generation",
+            dataset_type=ev["benchmark"],
+            dataset_name=ev["benchmark"],
+            metric_type="accuracy",
+            metric_value=round(ev["metrics"]["accuracy"], 4),
+        )
         for ev in sorted(evaluations, key=lambda e: e["benchmark"])
     ]
-    meta = ModelCardData(base_model=base, library_name="transformers", pipeline_tag="text-generation", tags=tags,
-                         model_name=name if results else None, eval_results=results or None)
+    meta = ModelCardData(
+        base_model=base,
+        library_name="transformers",
+        pipeline_tag="text-generation",
+        tags=tags,
+        model_name=name if results else None,
+        eval_results=results or None,
+    )
     lines = ["---", meta.to_yaml(), "---", "", f"# {name}", ""]
     start = base or "its SFT checkpoint"
     lines += [
@@ -99,11 +114,20 @@ def model_card(experiment: str, experiment_cfg: dict, marker: dict, evaluations:
         f"backend {experiment_cfg['backend']}, {marker.get('final_step', grpo['total_steps'])} optimizer steps, "
         f"{grpo['prompts_per_step']} prompts × {grpo['num_generations']} completions per step, rewards: {', '.join(experiment_cfg['rewards']['funcs'])}) "
         f"on dataset `{data['dataset']}` (split {data['train_split']}). "
-        + (f"The LoRA adapter (rank {grpo['lora']['rank']}) is merged into the weights: this is a plain transformers model." if grpo.get("lora", {}).get("rank") else "Full fine-tuning."),
+        + (
+            f"The LoRA adapter (rank {grpo['lora']['rank']}) is merged into the weights: this is a plain transformers model."
+            if grpo.get("lora", {}).get("rank")
+            else "Full fine-tuning."
+        ),
         "",
     ]
     if evaluations:
-        lines += ["## Evaluation", "", "| benchmark | accuracy | format | partial (±10%) | no answer | truncated | mean tokens | problems | decoding |", "|:---|---:|---:|---:|---:|---:|---:|---:|:---|"]
+        lines += [
+            "## Evaluation",
+            "",
+            "| benchmark | accuracy | format | partial (±10%) | no answer | truncated | mean tokens | problems | decoding |",
+            "|:---|---:|---:|---:|---:|---:|---:|---:|:---|",
+        ]
         for ev in sorted(evaluations, key=lambda e: e["benchmark"]):
             m, g = ev["metrics"], ev["generation"]
             decoding = "greedy" if g.get("greedy") else f"{g['preset']} (T {g['temperature']}, k={g['samples']})"
@@ -112,8 +136,19 @@ def model_card(experiment: str, experiment_cfg: dict, marker: dict, evaluations:
                 f"{100 * m['no_answer_rate']:.1f}% | {100 * m['truncation_rate']:.1f}% | {m['mean_response_tokens']:.1f} | {ev['n_problems']} | "
                 f"{decoding}, max {g['max_new_tokens']} tokens |"
             )
-        lines += ["", "Accuracy is graded by grpoflow's answer verifier (final `\\boxed{}`, `<answer>` tag, `####` line or answer phrase, compared symbolically).", ""]
-    lines += ["## Training configuration", "", "```yaml", yaml.safe_dump(_public_config(experiment_cfg), sort_keys=True).strip(), "```", ""]
+        lines += [
+            "",
+            "Accuracy is graded by grpoflow's answer verifier (final `\\boxed{}`, `<answer>` tag, `####` line or answer phrase, compared symbolically).",
+            "",
+        ]
+    lines += [
+        "## Training configuration",
+        "",
+        "```yaml",
+        yaml.safe_dump(_public_config(experiment_cfg), sort_keys=True).strip(),
+        "```",
+        "",
+    ]
     prov = marker.get("provenance") or {}
     lines += ["## Provenance", ""]
     if prov.get("git_commit"):
@@ -124,7 +159,13 @@ def model_card(experiment: str, experiment_cfg: dict, marker: dict, evaluations:
         lines.append(f"- training finished: {prov['time']}")
     lines.append(f"- final step: {marker.get('final_step')} of {marker.get('planned_steps')}")
     if marker.get("metrics_summary"):
-        lines.append("- last training step: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in sorted(marker["metrics_summary"].items())))
+        lines.append(
+            "- last training step: "
+            + ", ".join(
+                f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                for k, v in sorted(marker["metrics_summary"].items())
+            )
+        )
     for name, version in sorted((prov.get("packages") or {}).items()):
         lines.append(f"- {name} {version}")
     return str(ModelCard("\n".join(lines).rstrip() + "\n"))  # ModelCard parses (and so checks) the metadata
@@ -150,16 +191,27 @@ def upload_experiment(
     endpoint: str | None = None,
 ) -> dict:
     """Upload (or dry-run, or record as disabled) one experiment's merged model; write ``record_path``."""
-    record = {"experiment": experiment, "enabled": bool(upload.get("enabled")), "dry_run": bool(upload.get("dry_run")), "sent": False}
+    record = {
+        "experiment": experiment,
+        "enabled": bool(upload.get("enabled")),
+        "dry_run": bool(upload.get("dry_run")),
+        "sent": False,
+    }
     if not upload.get("enabled"):
-        record["reason"] = f"upload disabled: set experiments.{experiment}.upload.enabled: true and upload.repo_id to publish"
+        record["reason"] = (
+            f"upload disabled: set experiments.{experiment}.upload.enabled: true and upload.repo_id to publish"
+        )
         atomic_write_json(record_path, record)
         log.info("%s: upload disabled; nothing sent", experiment)
         return record
     repo_id, revision, private = upload["repo_id"], upload.get("revision") or "main", bool(upload.get("private", True))
     record.update(repo_id=repo_id, revision=revision, private=private)
-    card = model_card(experiment, experiment_config, read_json(marker_path), [read_json(p) for p in evaluations], repo_id)
-    files = model_files(model_dir) + [{"path": CARD_NAME, "size": len(card.encode()), "sha256": _sha256_text(card), "generated": True}]
+    card = model_card(
+        experiment, experiment_config, read_json(marker_path), [read_json(p) for p in evaluations], repo_id
+    )
+    files = model_files(model_dir) + [
+        {"path": CARD_NAME, "size": len(card.encode()), "sha256": _sha256_text(card), "generated": True}
+    ]
     record["files"] = files
     record["total_bytes"] = sum(f["size"] for f in files)
     token = find_token()
@@ -167,25 +219,65 @@ def upload_experiment(
         record.update(token_found=token is not None, model_card=card)
         record["reason"] = "dry run: nothing sent"
         atomic_write_json(record_path, record)
-        log.info("%s: dry run: would upload %d files (%d bytes) to %s@%s", experiment, len(files), record["total_bytes"], repo_id, revision)
+        log.info(
+            "%s: dry run: would upload %d files (%d bytes) to %s@%s",
+            experiment,
+            len(files),
+            record["total_bytes"],
+            repo_id,
+            revision,
+        )
         for f in files:
             log.info("  %s (%d bytes)", f["path"], f["size"])
         return record
     if not token:
-        raise GrpoflowError(f"no Hugging Face token for uploading {experiment} to {repo_id}: set HF_TOKEN or run `hf auth login` on the machine that runs upload_to_hub (nothing was uploaded)")
+        raise GrpoflowError(
+            f"no Hugging Face token for uploading {experiment} to {repo_id}: set HF_TOKEN or run `hf auth login` on the machine that runs upload_to_hub (nothing was uploaded)"
+        )
     try:
-        record.update(_send(model_dir, files, card, repo_id, revision, private, token, endpoint, upload.get("commit_message") or f"grpoflow: {experiment}"))
+        record.update(
+            _send(
+                model_dir,
+                files,
+                card,
+                repo_id,
+                revision,
+                private,
+                token,
+                endpoint,
+                upload.get("commit_message") or f"grpoflow: {experiment}",
+            )
+        )
     except GrpoflowError:
         raise
     except Exception as exc:  # HTTP/network errors of huggingface_hub: one line, never the token
-        raise GrpoflowError(_scrub(f"upload of {experiment} to {repo_id}@{revision} failed: {first_line(exc)}", token)) from None
+        raise GrpoflowError(
+            _scrub(f"upload of {experiment} to {repo_id}@{revision} failed: {first_line(exc)}", token)
+        ) from None
     record["sent"] = True
     atomic_write_json(record_path, record)
-    log.info("%s: %s %s@%s (commit %s)", experiment, "uploaded to" if record["changed"] else "unchanged on", repo_id, revision, record["commit"])
+    log.info(
+        "%s: %s %s@%s (commit %s)",
+        experiment,
+        "uploaded to" if record["changed"] else "unchanged on",
+        repo_id,
+        revision,
+        record["commit"],
+    )
     return record
 
 
-def _send(model_dir: str, files: list[dict], card: str, repo_id: str, revision: str, private: bool, token: str, endpoint: str | None, message: str) -> dict:
+def _send(
+    model_dir: str,
+    files: list[dict],
+    card: str,
+    repo_id: str,
+    revision: str,
+    private: bool,
+    token: str,
+    endpoint: str | None,
+    message: str,
+) -> dict:
     from huggingface_hub import HfApi
     from huggingface_hub.utils import disable_progress_bars
 
@@ -205,8 +297,16 @@ def _send(model_dir: str, files: list[dict], card: str, repo_id: str, revision: 
                 dest.write_text(card, encoding="utf-8")
             else:
                 os.symlink(os.path.abspath(os.path.join(model_dir, f["path"])), dest)
-        info = api.upload_folder(repo_id=repo_id, folder_path=stage, revision=revision, commit_message=message, repo_type="model")
-    return {"url": str(url), "commit": info.oid, "commit_url": info.commit_url, "parent_commit": before, "changed": info.oid != before}
+        info = api.upload_folder(
+            repo_id=repo_id, folder_path=stage, revision=revision, commit_message=message, repo_type="model"
+        )
+    return {
+        "url": str(url),
+        "commit": info.oid,
+        "commit_url": info.commit_url,
+        "parent_commit": before,
+        "changed": info.oid != before,
+    }
 
 
 def _sha256_text(text: str) -> str:

@@ -128,19 +128,25 @@ def exclusive_dir(path: str | os.PathLike, *, wait_s: float = 300, poll_s: float
                 fh.seek(0)
                 holder = fh.read().strip() or "unknown"
                 if time.monotonic() >= deadline:
-                    raise GrpoflowError(f"{path} is still in use by another trainer ({holder}) after {wait_s:.0f} s: wait until it has ended (squeue --me), then rerun; "
-                                        f"if none runs any more, remove {lock}")
+                    raise GrpoflowError(
+                        f"{path} is still in use by another trainer ({holder}) after {wait_s:.0f} s: wait until it has ended (squeue --me), then rerun; "
+                        f"if none runs any more, remove {lock}"
+                    )
                 if not said:
                     log.warning("waiting for the trainer that still holds %s (%s) to finish saving", path, holder)
                     said = True
                 time.sleep(poll_s)
             except OSError as err:  # ENOLCK / EOPNOTSUPP: no locks on this file system
-                log.warning("cannot lock %s (%s): not guarding against a second trainer in the same dir", lock, err.strerror)
+                log.warning(
+                    "cannot lock %s (%s): not guarding against a second trainer in the same dir", lock, err.strerror
+                )
                 yield
                 return
         fh.seek(0)
         fh.truncate()
-        fh.write(f"pid {os.getpid()} on {socket.gethostname()}, SLURM job {os.environ.get('SLURM_JOB_ID', '-')}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        fh.write(
+            f"pid {os.getpid()} on {socket.gethostname()}, SLURM job {os.environ.get('SLURM_JOB_ID', '-')}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
+        )
         fh.flush()
         try:
             yield

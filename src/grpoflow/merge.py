@@ -45,7 +45,9 @@ TRAINER_STATE_FILES = {"optimizer.pt", "scheduler.pt", "training_args.bin", "tra
 # ---- entry point --------------------------------------------------------------------------------------------
 
 
-def merge_checkpoint(backend: str, checkpoint_dir: str, step: int | str, sft_json: str, marker: str, out_dir: str) -> dict:
+def merge_checkpoint(
+    backend: str, checkpoint_dir: str, step: int | str, sft_json: str, marker: str, out_dir: str
+) -> dict:
     """Merge step ``step`` ('last' = the marker's final step) of ``checkpoint_dir`` into ``out_dir``."""
     started = time.monotonic()
     sft = read_json(sft_json)
@@ -61,7 +63,9 @@ def merge_checkpoint(backend: str, checkpoint_dir: str, step: int | str, sft_jso
         else:
             raise GrpoflowError(f"merge_checkpoint: unknown backend {backend!r}")
         info["checks"] = check_merged(tmp, base)
-        info.update({"backend": backend, "step": step, "base_model": base, "seconds": round(time.monotonic() - started, 1)})
+        info.update(
+            {"backend": backend, "step": step, "base_model": base, "seconds": round(time.monotonic() - started, 1)}
+        )
         atomic_write_json(tmp / MERGE_RECORD, info)
     log.info("merged %s step %d into %s in %.0f s", backend, step, out, time.monotonic() - started)
     return info
@@ -91,20 +95,40 @@ def merge_verl(checkpoint_dir: str, step: int, base: str, out: Path) -> dict:
     actor = ck.actor_dir(checkpoint_dir, step)
     if not actor.is_dir():
         have = sorted(ck.step_dirs(checkpoint_dir))
-        raise DataError(f"{actor} does not exist (steps in {checkpoint_dir}: {have or 'none'}): set merge_step to one of them, or keep more checkpoints (grpo.max_checkpoints_to_keep)")
+        raise DataError(
+            f"{actor} does not exist (steps in {checkpoint_dir}: {have or 'none'}): set merge_step to one of them, or keep more checkpoints (grpo.max_checkpoints_to_keep)"
+        )
     world = _world_size_from_shards(actor)
     if not (actor / "fsdp_config.json").is_file():
-        fix = (f"write {actor}/fsdp_config.json containing {json.dumps({'FSDP_version': 2, 'world_size': world})} (world size from the shard names; FSDP_version 1 for strategy fsdp)"
-               if world else "the checkpoint has no model_world_size_*_rank_*.pt shards either: it is incomplete; merge another step (merge_step)")
-        raise DataError(f"{actor} has no fsdp_config.json, which verl's merger needs (checkpoints from older verl lack it): {fix}")
+        fix = (
+            f"write {actor}/fsdp_config.json containing {json.dumps({'FSDP_version': 2, 'world_size': world})} (world size from the shard names; FSDP_version 1 for strategy fsdp)"
+            if world
+            else "the checkpoint has no model_world_size_*_rank_*.pt shards either: it is incomplete; merge another step (merge_step)"
+        )
+        raise DataError(
+            f"{actor} has no fsdp_config.json, which verl's merger needs (checkpoints from older verl lack it): {fix}"
+        )
     if not (actor / "huggingface" / "config.json").is_file():
-        raise DataError(f"{actor}/huggingface/config.json is missing: rank 0 did not finish saving step {step}; merge another step (merge_step)")
+        raise DataError(
+            f"{actor}/huggingface/config.json is missing: rank 0 did not finish saving step {step}; merge another step (merge_step)"
+        )
     world = json.loads((actor / "fsdp_config.json").read_text())["world_size"]
     lora_only = _is_lora_only(actor, world)
 
     scratch = Path(tempfile.mkdtemp(prefix=".verl-merge.", dir=out.parent))
     try:
-        cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(scratch)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "verl.model_merger",
+            "merge",
+            "--backend",
+            "fsdp",
+            "--local_dir",
+            str(actor),
+            "--target_dir",
+            str(scratch),
+        ]
         log.info("running: %s", " ".join(cmd))
         proc = subprocess.run(cmd, capture_output=True, text=True)
         sys.stderr.write(proc.stdout[-20000:] + proc.stderr[-20000:])
@@ -122,7 +146,12 @@ def merge_verl(checkpoint_dir: str, step: int, base: str, out: Path) -> dict:
                 shutil.move(str(item), out / item.name)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return {"source": str(actor), "command": " ".join(cmd[1:]), "lora": adapter_info(out / LORA_SUBDIR), "lora_only_checkpoint": lora_only}
+    return {
+        "source": str(actor),
+        "command": " ".join(cmd[1:]),
+        "lora": adapter_info(out / LORA_SUBDIR),
+        "lora_only_checkpoint": lora_only,
+    }
 
 
 # ---- TRL ----------------------------------------------------------------------------------------------------
@@ -134,17 +163,32 @@ def merge_trl(checkpoint_dir: str, step: int, base: str, out: Path) -> dict:
     ckpt = Path(checkpoint_dir) / f"checkpoint-{step}"
     if not ckpt.is_dir():
         have = sorted(tc.checkpoints(checkpoint_dir))
-        raise DataError(f"{ckpt} does not exist (checkpoints in {checkpoint_dir}: {have or 'none'}): set merge_step to one of them")
+        raise DataError(
+            f"{ckpt} does not exist (checkpoints in {checkpoint_dir}: {have or 'none'}): set merge_step to one of them"
+        )
     if not tc.is_complete(ckpt, step):
-        raise DataError(f"{ckpt} is incomplete (no trainer_state.json naming step {step}): it was cut off while saving; merge another step (merge_step)")
+        raise DataError(
+            f"{ckpt} is incomplete (no trainer_state.json naming step {step}): it was cut off while saving; merge another step (merge_step)"
+        )
     if tc.is_peft_checkpoint(ckpt):
         peft_merge(base, ckpt, out)
         _copy_tokenizer(ckpt, out)
-        shutil.copytree(ckpt, out / LORA_SUBDIR, ignore=shutil.ignore_patterns(*TRAINER_STATE_FILES, "rng_state*", "tokenizer*", "chat_template*", "special_tokens_map.json", "*.jsonl"))
+        shutil.copytree(
+            ckpt,
+            out / LORA_SUBDIR,
+            ignore=shutil.ignore_patterns(
+                *TRAINER_STATE_FILES, "rng_state*", "tokenizer*", "chat_template*", "special_tokens_map.json", "*.jsonl"
+            ),
+        )
         lora = adapter_info(ckpt)
     else:
         for item in ckpt.iterdir():
-            if item.is_file() and item.name not in TRAINER_STATE_FILES and not item.name.startswith("rng_state") and not item.name.endswith(".jsonl"):
+            if (
+                item.is_file()
+                and item.name not in TRAINER_STATE_FILES
+                and not item.name.startswith("rng_state")
+                and not item.name.endswith(".jsonl")
+            ):
                 shutil.copy2(item, out / item.name)
         lora = None
     return {"source": str(ckpt), "lora": lora}
@@ -174,7 +218,9 @@ def peft_merge(base: str, adapter: Path, out: Path) -> None:
     model, info = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, output_loading_info=True)
     missing = info.get("missing_keys") or []
     if missing:
-        raise GrpoflowError(f"the base model {base} lacks {len(missing)} weight(s) (e.g. {missing[0]}): cannot merge the LoRA adapter into it")
+        raise GrpoflowError(
+            f"the base model {base} lacks {len(missing)} weight(s) (e.g. {missing[0]}): cannot merge the LoRA adapter into it"
+        )
     model = PeftModel.from_pretrained(model, str(adapter))
     merged = model.merge_and_unload()
     if any("lora_" in n for n, _ in merged.named_parameters()):
@@ -230,29 +276,44 @@ def check_merged(model_dir: Path, base: str) -> dict[str, Any]:
             have = want
         if have != want:
             diff = sorted(k for k in set(have or {}) | set(want or {}) if (have or {}).get(k) != (want or {}).get(k))
-            raise GrpoflowError(f"the merged model's generation_config differs from the SFT start's ({base_dir}) in {', '.join(diff)}: the checkpoint was trained from another model than sft.json names; rerun discover_sft_checkpoint or check checkpoint_dir")
+            raise GrpoflowError(
+                f"the merged model's generation_config differs from the SFT start's ({base_dir}) in {', '.join(diff)}: the checkpoint was trained from another model than sft.json names; rerun discover_sft_checkpoint or check checkpoint_dir"
+            )
         checks["generation_config"] = "equal to the SFT start's" if want is not None else "absent in both"
 
     try:
         model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto", output_loading_info=True)
     except Exception as err:  # noqa: BLE001 (any load failure is the finding)
-        raise GrpoflowError(f"the merged model in {model_dir} does not load with transformers: {type(err).__name__}: {' '.join(str(err).split())[:300]}")
+        raise GrpoflowError(
+            f"the merged model in {model_dir} does not load with transformers: {type(err).__name__}: {' '.join(str(err).split())[:300]}"
+        )
     problems = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
     if problems:
         kind, keys = next(iter(problems.items()))
-        raise GrpoflowError(f"the merged model in {model_dir} loads with {len(keys)} {kind.replace('_', ' ')} (e.g. {list(keys)[0]}): the merge is incomplete")
+        raise GrpoflowError(
+            f"the merged model in {model_dir} loads with {len(keys)} {kind.replace('_', ' ')} (e.g. {list(keys)[0]}): the merge is incomplete"
+        )
     bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
     if bad:
-        raise GrpoflowError(f"the merged model has non-finite values in {len(bad)} tensor(s) (e.g. {bad[0]}): the checkpoint is damaged; merge another step")
-    checks["weights"] = {"parameters": sum(p.numel() for p in model.parameters()), "dtype": str(next(model.parameters()).dtype).replace("torch.", "")}
+        raise GrpoflowError(
+            f"the merged model has non-finite values in {len(bad)} tensor(s) (e.g. {bad[0]}): the checkpoint is damaged; merge another step"
+        )
+    checks["weights"] = {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+    }
     del model
 
     try:
         tok = AutoTokenizer.from_pretrained(model_dir)
     except Exception as err:  # noqa: BLE001
-        raise GrpoflowError(f"the merged model in {model_dir} has no loadable tokenizer: {' '.join(str(err).split())[:200]}")
+        raise GrpoflowError(
+            f"the merged model in {model_dir} has no loadable tokenizer: {' '.join(str(err).split())[:200]}"
+        )
     if not tok.chat_template:
-        raise GrpoflowError(f"the merged model in {model_dir} has no chat template (evaluation renders prompts with it): the checkpoint's tokenizer lacks it; give the SFT model one")
+        raise GrpoflowError(
+            f"the merged model in {model_dir} has no chat template (evaluation renders prompts with it): the checkpoint's tokenizer lacks it; give the SFT model one"
+        )
     tok.apply_chat_template([{"role": "user", "content": "1+1?"}], tokenize=False, add_generation_prompt=True)
     checks["tokenizer"] = {"class": type(tok).__name__, "vocab": len(tok), "chat_template": True}
     return checks
@@ -268,7 +329,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     setup_logging()
     backend, ckpt, step, sft_json, marker, out = args
-    guarded(merge_checkpoint, backend, ckpt, step if step == "last" else int(step), sft_json, marker, out, what="merge_checkpoint")
+    guarded(
+        merge_checkpoint,
+        backend,
+        ckpt,
+        step if step == "last" else int(step),
+        sft_json,
+        marker,
+        out,
+        what="merge_checkpoint",
+    )
     return 0
 
 

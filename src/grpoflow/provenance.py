@@ -11,8 +11,19 @@ from typing import Any
 from grpoflow.config import config_hash
 
 TRACKED_PACKAGES = (
-    "grpoflow", "torch", "transformers", "trl", "peft", "verl", "vllm", "math-verify",
-    "latex2sympy2-extended", "snakemake", "datasets", "huggingface-hub", "ray",
+    "grpoflow",
+    "torch",
+    "transformers",
+    "trl",
+    "peft",
+    "verl",
+    "vllm",
+    "math-verify",
+    "latex2sympy2-extended",
+    "snakemake",
+    "datasets",
+    "huggingface-hub",
+    "ray",
 )
 
 
@@ -29,8 +40,16 @@ def package_versions(names=TRACKED_PACKAGES) -> dict[str, str]:
 def git_commit(cwd: str | None = None) -> str | None:
     """The workflow checkout's commit (with '-dirty' when it has uncommitted changes), or None outside git."""
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, timeout=10).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None

@@ -32,7 +32,11 @@ METRICS = (
     ("median_response_tokens", "median tokens", "num"),
 )
 KIND_LABEL = {"grpo": "GRPO", "sft": "SFT start", "external": "external"}
-TRAINING_PLOTS = (("reward", "training_reward", "mean total reward"), ("accuracy", "training_accuracy", "training accuracy"), ("response_length", "training_response_length", "mean response length (tokens)"))
+TRAINING_PLOTS = (
+    ("reward", "training_reward", "mean total reward"),
+    ("accuracy", "training_accuracy", "training accuracy"),
+    ("response_length", "training_response_length", "mean response length (tokens)"),
+)
 
 
 def experiment_summary(exp: dict) -> dict:
@@ -71,7 +75,9 @@ def load_evaluations(paths: list[str]) -> dict[tuple[str, str], dict]:
         model, bench = data.get("model"), data.get("benchmark")
         expected = (Path(p).parent.parent.name, Path(p).name.removesuffix(".json"))
         if (model, bench) != expected:
-            raise DataError(f"{p} holds the evaluation of model {model!r} on {bench!r}, not {expected[0]!r} on {expected[1]!r}: rerun it (snakemake -R evaluate)")
+            raise DataError(
+                f"{p} holds the evaluation of model {model!r} on {bench!r}, not {expected[0]!r} on {expected[1]!r}: rerun it (snakemake -R evaluate)"
+            )
         out[(model, bench)] = data
     return out
 
@@ -87,7 +93,9 @@ def load_training_metrics(paths: list[str]) -> dict[str, list[dict]]:
                     try:
                         rows.append(json.loads(line))
                     except json.JSONDecodeError:
-                        raise DataError(f"{p}: line {lineno} is not valid JSON: the training log is damaged; rerun train_grpo") from None
+                        raise DataError(
+                            f"{p}: line {lineno} is not valid JSON: the training log is damaged; rerun train_grpo"
+                        ) from None
         out[Path(p).parent.name] = sorted(rows, key=lambda r: r.get("step", 0))
     return out
 
@@ -99,7 +107,9 @@ def baseline_of(experiment: str, summary: dict) -> str:
     return summary.get("sft_model") or f"{experiment}-sft"
 
 
-def summary_rows(evals: dict, experiments: dict[str, dict], models: dict[str, dict], benchmarks: list[str], primary: str) -> list[dict]:
+def summary_rows(
+    evals: dict, experiments: dict[str, dict], models: dict[str, dict], benchmarks: list[str], primary: str
+) -> list[dict]:
     """One row per evaluated model, ranked by accuracy on ``primary`` (missing last, ties by name)."""
     rows = []
     for name in sorted({m for m, _ in evals}):
@@ -155,7 +165,10 @@ def _sampled_order(key: str) -> tuple:
 def _md_table(header: list[str], body: list[list[str]], text_columns: int = 1) -> str:
     """A Markdown table; the first ``text_columns`` are left-aligned, the (numeric) rest right-aligned."""
     esc = [[str(c).replace("|", "\\|") for c in row] for row in [header] + body]
-    lines = ["| " + " | ".join(esc[0]) + " |", "|" + "|".join(":---" if i < text_columns else "---:" for i in range(len(header))) + "|"]
+    lines = [
+        "| " + " | ".join(esc[0]) + " |",
+        "|" + "|".join(":---" if i < text_columns else "---:" for i in range(len(header))) + "|",
+    ]
     lines += ["| " + " | ".join(r) + " |" for r in esc[1:]]
     return "\n".join(lines)
 
@@ -168,7 +181,9 @@ def _hyperparameter_columns(experiments: dict[str, dict]) -> tuple[list[str], di
     return varying, shared
 
 
-def render_markdown(rows: list[dict], evals: dict, experiments: dict, benchmarks: list[str], primary: str, plots: list[str]) -> str:
+def render_markdown(
+    rows: list[dict], evals: dict, experiments: dict, benchmarks: list[str], primary: str, plots: list[str]
+) -> str:
     out = ["# grpoflow report", ""]
     if rows and rows[0].get(f"{primary}.accuracy") is not None:
         w = rows[0]
@@ -178,7 +193,9 @@ def render_markdown(rows: list[dict], evals: dict, experiments: dict, benchmarks
         if len(rows) > 1 and rows[1].get(f"{primary}.accuracy") is not None:
             gap = w[f"{primary}.accuracy"] - rows[1][f"{primary}.accuracy"]
             se = math.hypot(w[f"{primary}.accuracy_stderr"] or 0.0, rows[1][f"{primary}.accuracy_stderr"] or 0.0)
-            line += f"; {_pts(gap)} ahead of `{rows[1]['model']}`" + (" (within 2 standard errors: not a clear win)" if gap <= 2 * se else "")
+            line += f"; {_pts(gap)} ahead of `{rows[1]['model']}`" + (
+                " (within 2 standard errors: not a clear win)" if gap <= 2 * se else ""
+            )
         out += [line + ".", ""]
 
     varying, shared = _hyperparameter_columns(experiments)
@@ -189,20 +206,40 @@ def render_markdown(rows: list[dict], evals: dict, experiments: dict, benchmarks
     header += [f"{primary} format", f"{primary} no answer", f"{primary} truncated", f"{primary} mean tokens"] + varying
     body = []
     for r in rows:
-        cells = [str(r["rank"]), f"**{r['model']}**" if r["rank"] == 1 else r["model"], KIND_LABEL.get(r["kind"], r["kind"])]
+        cells = [
+            str(r["rank"]),
+            f"**{r['model']}**" if r["rank"] == 1 else r["model"],
+            KIND_LABEL.get(r["kind"], r["kind"]),
+        ]
         for b in benchmarks:
             cells += [_pct(r.get(f"{b}.accuracy")), _pts(r.get(f"{b}.delta_vs_sft"))]
-        cells += [_pct(r.get(f"{primary}.format_accuracy")), _pct(r.get(f"{primary}.no_answer_rate")), _pct(r.get(f"{primary}.truncation_rate")), _num(r.get(f"{primary}.mean_response_tokens"))]
+        cells += [
+            _pct(r.get(f"{primary}.format_accuracy")),
+            _pct(r.get(f"{primary}.no_answer_rate")),
+            _pct(r.get(f"{primary}.truncation_rate")),
+            _num(r.get(f"{primary}.mean_response_tokens")),
+        ]
         cells += ["" if r.get(k) is None or r.get(k) == "" else str(r.get(k)) for k in varying]
         body.append(cells)
     out += [_md_table(header, body, text_columns=3), ""]
     if shared:
-        out += ["Shared by every experiment: " + ", ".join(f"{k} = {v}" for k, v in shared.items() if v not in ("", None)) + ".", ""]
-    out += ["Δ vs SFT: accuracy minus that of the experiment's SFT starting point on the same benchmark, in percentage points.", ""]
+        out += [
+            "Shared by every experiment: "
+            + ", ".join(f"{k} = {v}" for k, v in shared.items() if v not in ("", None))
+            + ".",
+            "",
+        ]
+    out += [
+        "Δ vs SFT: accuracy minus that of the experiment's SFT starting point on the same benchmark, in percentage points.",
+        "",
+    ]
 
     out += ["## All metrics", ""]
     for b in benchmarks:
-        extra = sorted({k for (m, bb), d in evals.items() if bb == b for k in d["metrics"] if k.startswith(("pass@", "maj@"))}, key=_sampled_order)
+        extra = sorted(
+            {k for (m, bb), d in evals.items() if bb == b for k in d["metrics"] if k.startswith(("pass@", "maj@"))},
+            key=_sampled_order,
+        )
         header = ["model"] + [label for _, label, _ in METRICS] + extra + ["problems"]
         body = []
         for r in rows:
@@ -210,13 +247,25 @@ def render_markdown(rows: list[dict], evals: dict, experiments: dict, benchmarks
             if d is None:
                 continue
             m = d["metrics"]
-            body.append([r["model"]] + [_fmt(m.get(k), how) for k, _, how in METRICS] + [_pct(m.get(k)) for k in extra] + [str(d["n_problems"])])
+            body.append(
+                [r["model"]]
+                + [_fmt(m.get(k), how) for k, _, how in METRICS]
+                + [_pct(m.get(k)) for k in extra]
+                + [str(d["n_problems"])]
+            )
         first = next((d for (m, bb), d in sorted(evals.items()) if bb == b), None)
         out += [f"### `{b}`", ""]
         if first:
             g = first["generation"]
-            how = "greedy" if g.get("greedy") else f"{g['preset']} sampling (T {g['temperature']}, top_p {g['top_p']}, top_k {g['top_k']}, k = {g['samples']})"
-            out += [f"{how}, max {g['max_new_tokens']} new tokens, backend {g['backend']}, seed {g['seed']}. Per-sample records: `results/<model>/eval/{b}.samples.jsonl`.", ""]
+            how = (
+                "greedy"
+                if g.get("greedy")
+                else f"{g['preset']} sampling (T {g['temperature']}, top_p {g['top_p']}, top_k {g['top_k']}, k = {g['samples']})"
+            )
+            out += [
+                f"{how}, max {g['max_new_tokens']} new tokens, backend {g['backend']}, seed {g['seed']}. Per-sample records: `results/<model>/eval/{b}.samples.jsonl`.",
+                "",
+            ]
         out += [_md_table(header, body), ""]
 
     if plots:
@@ -230,7 +279,13 @@ def write_csv(path: str, rows: list[dict], benchmarks: list[str], experiments: d
     per_bench = []
     for b in benchmarks:
         keys = [f"{b}.{k}" for k, _, _ in METRICS] + [f"{b}.delta_vs_sft", f"{b}.n_problems"]
-        keys += [f"{b}.{k}" for k in sorted({k.split(".", 1)[1] for r in rows for k in r if k.startswith((f"{b}.pass@", f"{b}.maj@"))}, key=_sampled_order)]
+        keys += [
+            f"{b}.{k}"
+            for k in sorted(
+                {k.split(".", 1)[1] for r in rows for k in r if k.startswith((f"{b}.pass@", f"{b}.maj@"))},
+                key=_sampled_order,
+            )
+        ]
         per_bench += keys
     fields = ["rank", "model", "kind", "experiment", "baseline"] + hyper + per_bench
     buf = io.StringIO()
@@ -308,10 +363,17 @@ def write_plots(plots_dir: Path, training: dict[str, list[dict]], rows: list[dic
             _line_plot(ax, training, comp, colors)
             ax.set(title=comp.removeprefix("reward/"), xlabel="step")
             ax.grid(alpha=0.3)
-        for ax in list(axes.flat)[len(components):]:
+        for ax in list(axes.flat)[len(components) :]:
             ax.axis("off")
         handles, labels = axes.flat[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, bbox_to_anchor=(0.5, -0.02 - 0.03 * math.ceil(len(labels) / 4)))
+        fig.legend(
+            handles,
+            labels,
+            loc="lower center",
+            ncol=min(4, len(labels)),
+            fontsize=8,
+            bbox_to_anchor=(0.5, -0.02 - 0.03 * math.ceil(len(labels) / 4)),
+        )
         fig.suptitle("reward components (mean per step, before weights)")
         fig.tight_layout()
         _save(fig, plots_dir, "training_reward_components")
@@ -327,7 +389,13 @@ def write_plots(plots_dir: Path, training: dict[str, list[dict]], rows: list[dic
             err = [100 * (r.get(f"{b}.accuracy_stderr") or 0.0) for r in rows]
             pos = [i + (j - (len(benchmarks) - 1) / 2) * width for i in range(len(models))]
             ax.bar(pos, acc, width, yerr=err, capsize=2, label=b)
-        ax.set_xticks(range(len(models)), [f"{r['model']}\n({KIND_LABEL.get(r['kind'], r['kind'])})" for r in rows], rotation=30, ha="right", fontsize=8)
+        ax.set_xticks(
+            range(len(models)),
+            [f"{r['model']}\n({KIND_LABEL.get(r['kind'], r['kind'])})" for r in rows],
+            rotation=30,
+            ha="right",
+            fontsize=8,
+        )
         ax.set(ylabel="accuracy (%)", title="evaluation accuracy (ranked by the primary benchmark; bars ±1 s.e.)")
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8)
@@ -362,5 +430,11 @@ def build_report(
     write_csv(table_path, rows, benchmarks, experiments)
     atomic_write_text(summary_path, render_markdown(rows, evals, experiments, benchmarks, primary, names))
     if rows:
-        log.info("report: %d models, best on %s: %s (%s)", len(rows), primary, rows[0]["model"], _pct(rows[0].get(f"{primary}.accuracy")))
+        log.info(
+            "report: %d models, best on %s: %s (%s)",
+            len(rows),
+            primary,
+            rows[0]["model"],
+            _pct(rows[0].get(f"{primary}.accuracy")),
+        )
     return rows

@@ -33,13 +33,13 @@ class Node:
 class Request:
     """What one job asks of each of its nodes, and where each number comes from (config keys)."""
 
-    job: str                    # e.g. "train_grpo (experiment qwen3-32b)"
-    partition: str | None       # None: the cluster's default partition
+    job: str  # e.g. "train_grpo (experiment qwen3-32b)"
+    partition: str | None  # None: the cluster's default partition
     nodes: int
-    cpus: int                   # per node (cpus_per_task × tasks per node)
-    mem_mb: int                 # per node (--mem)
-    gpus: int                   # per node
-    keys: dict                  # "nodes"/"cpus"/"mem_mb"/"gpus" -> config key that sets it
+    cpus: int  # per node (cpus_per_task × tasks per node)
+    mem_mb: int  # per node (--mem)
+    gpus: int  # per node
+    keys: dict  # "nodes"/"cpus"/"mem_mb"/"gpus" -> config key that sets it
 
 
 def gpu_count(gres: str) -> int:
@@ -58,14 +58,23 @@ def parse_sinfo(text: str) -> list[Node]:
         if not line.strip():
             continue
         name, part, cpus, mem, gres = line.split("|", 4)
-        nodes.append(Node(name, part.rstrip("*"), int(cpus.rstrip("+")), int(re.sub(r"\D.*", "", mem) or 0), gpu_count(gres)))
+        nodes.append(
+            Node(name, part.rstrip("*"), int(cpus.rstrip("+")), int(re.sub(r"\D.*", "", mem) or 0), gpu_count(gres))
+        )
     return nodes
 
 
 def query_nodes(run=subprocess.run) -> tuple[list[Node], str | None]:
     """Every node of every partition, and the default partition's name (marked '*' by sinfo)."""
     out = run(["sinfo", "-h", "-N", "-o", SINFO_FORMAT], capture_output=True, text=True, timeout=60, check=True).stdout
-    default = next((ln.split("|")[1].rstrip("*") for ln in out.splitlines() if ln.count("|") >= 4 and ln.split("|")[1].endswith("*")), None)
+    default = next(
+        (
+            ln.split("|")[1].rstrip("*")
+            for ln in out.splitlines()
+            if ln.count("|") >= 4 and ln.split("|")[1].endswith("*")
+        ),
+        None,
+    )
     return parse_sinfo(out), default
 
 
@@ -76,15 +85,21 @@ def check(requests: list[Request], nodes: list[Node], default_partition: str | N
         pool = [n for n in nodes if n.partition == part]
         if not pool:
             known = sorted({n.partition for n in nodes})
-            raise ConfigError(f"{req.job}: SLURM partition {part!r} does not exist here (sinfo lists {', '.join(known) or 'none'}): set slurm_partition in the profile (profiles/slurm/config.yaml)")
+            raise ConfigError(
+                f"{req.job}: SLURM partition {part!r} does not exist here (sinfo lists {', '.join(known) or 'none'}): set slurm_partition in the profile (profiles/slurm/config.yaml)"
+            )
         for field, unit in (("cpus", "CPUs"), ("mem_mb", "MB of memory"), ("gpus", "GPUs")):
             want = getattr(req, field)
             most = max(getattr(n, field) for n in pool)
             if want > most:
-                raise ConfigError(f"{req.job} asks for {want} {unit} per node but the largest node of partition {part} has {most} (sinfo): lower {req.keys[field]}")
+                raise ConfigError(
+                    f"{req.job} asks for {want} {unit} per node but the largest node of partition {part} has {most} (sinfo): lower {req.keys[field]}"
+                )
         fit = [n for n in pool if n.cpus >= req.cpus and n.mem_mb >= req.mem_mb and n.gpus >= req.gpus]
         if len(fit) < req.nodes:
-            raise ConfigError(f"{req.job} asks for {req.nodes} nodes of {req.cpus} CPUs, {req.mem_mb} MB, {req.gpus} GPUs but partition {part} has {len(fit)} such node(s) (sinfo): lower {req.keys['nodes']} or the per-node request")
+            raise ConfigError(
+                f"{req.job} asks for {req.nodes} nodes of {req.cpus} CPUs, {req.mem_mb} MB, {req.gpus} GPUs but partition {part} has {len(fit)} such node(s) (sinfo): lower {req.keys['nodes']} or the per-node request"
+            )
 
 
 def job_request(job, profile_key: str) -> Request:
@@ -101,11 +116,24 @@ def job_request(job, profile_key: str) -> Request:
     name = f"rule {job.rule.name}" + (f" ({wc})" if wc else "")
     if job.rule.name == "train_grpo":
         base = f"experiments.{job.wildcards_dict['experiment']}.resources"
-        keys = {"nodes": f"{base}.nodes", "cpus": f"{base}.cpus_per_task", "mem_mb": f"{base}.mem_mb", "gpus": f"{base}.gpus_per_node"}
+        keys = {
+            "nodes": f"{base}.nodes",
+            "cpus": f"{base}.cpus_per_task",
+            "mem_mb": f"{base}.mem_mb",
+            "gpus": f"{base}.gpus_per_node",
+        }
     elif job.rule.name == "evaluate":
-        keys = {"nodes": "evaluation.resources", "cpus": "evaluation.resources.cpus_per_task", "mem_mb": "evaluation.resources.mem_mb", "gpus": "evaluation.resources.gpus"}
+        keys = {
+            "nodes": "evaluation.resources",
+            "cpus": "evaluation.resources.cpus_per_task",
+            "mem_mb": "evaluation.resources.mem_mb",
+            "gpus": "evaluation.resources.gpus",
+        }
     else:
-        keys = {k: f"{profile_key} {job.rule.name}: {v}" for k, v in (("nodes", "nodes"), ("cpus", "cpus_per_task"), ("mem_mb", "mem_mb"), ("gpus", "gpu"))}
+        keys = {
+            k: f"{profile_key} {job.rule.name}: {v}"
+            for k, v in (("nodes", "nodes"), ("cpus", "cpus_per_task"), ("mem_mb", "mem_mb"), ("gpus", "gpu"))
+        }
     return Request(name, r.get("slurm_partition") or None, nodes, cpus, int(r.get("mem_mb", 0) or 0), gpus, keys)
 
 
@@ -122,6 +150,10 @@ def check_workflow(workflow, log=print) -> None:
     except (subprocess.SubprocessError, OSError, ValueError) as err:
         log(f"grpoflow: node-shape check skipped: sinfo failed ({err})")
         return
-    requests = [job_request(j, "the profile's set-resources/default-resources for") for j in workflow.dag.needrun_jobs() if not j.is_local]
+    requests = [
+        job_request(j, "the profile's set-resources/default-resources for")
+        for j in workflow.dag.needrun_jobs()
+        if not j.is_local
+    ]
     check(requests, nodes, default)
     log(f"grpoflow: node-shape check passed: {len(requests)} job(s) fit the partition's nodes (sinfo)")

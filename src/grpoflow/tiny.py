@@ -67,7 +67,10 @@ def train_tokenizer(texts: list[str], vocab_size: int):
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
     )
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
@@ -90,9 +93,13 @@ def build_tiny_model(spec: dict, corpus_parquet: str, out_dir: str) -> dict:
 
     hidden, heads = spec["hidden_size"], spec["num_attention_heads"]
     if hidden % heads:
-        raise ConfigError(f"config error: demo.tiny_model.hidden_size = {hidden} is not divisible by num_attention_heads = {heads}: pick sizes that divide")
+        raise ConfigError(
+            f"config error: demo.tiny_model.hidden_size = {hidden} is not divisible by num_attention_heads = {heads}: pick sizes that divide"
+        )
     if heads % spec["num_key_value_heads"]:
-        raise ConfigError(f"config error: demo.tiny_model.num_attention_heads = {heads} is not a multiple of num_key_value_heads = {spec['num_key_value_heads']}: pick values that divide")
+        raise ConfigError(
+            f"config error: demo.tiny_model.num_attention_heads = {heads} is not a multiple of num_key_value_heads = {spec['num_key_value_heads']}: pick values that divide"
+        )
 
     raw = train_tokenizer(corpus_texts(corpus_parquet), spec["vocab_size"])
     tokenizer = PreTrainedTokenizerFast(
@@ -133,4 +140,3 @@ def build_tiny_model(spec: dict, corpus_parquet: str, out_dir: str) -> dict:
     summary = {"parameters": n_params, "vocab_size": len(tokenizer), "eos_token_id": eos_id, "pad_token_id": pad_id}
     log.info("tiny Qwen3 model in %s: %s", out_dir, json.dumps(summary))
     return summary
-

@@ -82,6 +82,7 @@ def run_job(snakemake: Any, fn: Callable[..., Any], **kwargs: Any) -> Any:
 # cluster environment are `shell:` rules calling `<python> -m grpoflow.workflow JOB --log L --kwargs JSON`: one
 # library function each, with the environment check of that job first (before any heavy import).
 
+
 def _merge_check(kw: dict) -> str | None:
     return "merge-verl" if kw.get("backend") == "verl" else None
 
@@ -115,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
 
-    parser = argparse.ArgumentParser(prog="python -m grpoflow.workflow", description="Run one workflow job (what a rule calls).")
+    parser = argparse.ArgumentParser(
+        prog="python -m grpoflow.workflow", description="Run one workflow job (what a rule calls)."
+    )
     parser.add_argument("job", choices=sorted(SHELL_JOBS))
     parser.add_argument("--log", default=None, help="the rule's log file")
     parser.add_argument("--kwargs", required=True, help="the job's arguments as a JSON object")

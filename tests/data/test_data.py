@@ -23,7 +23,11 @@ GSM8K_SAMPLE = REPO / "data" / "gsm8k_sample"
 
 def dataset_spec(**overrides) -> dict:
     """A fully resolved dataset spec (defaults filled by the real config loader)."""
-    raw = {"source": "local", "local": {"train": str(GSM8K_SAMPLE / "train.jsonl"), "test": str(GSM8K_SAMPLE / "test.jsonl")}, **overrides}
+    raw = {
+        "source": "local",
+        "local": {"train": str(GSM8K_SAMPLE / "train.jsonl"), "test": str(GSM8K_SAMPLE / "test.jsonl")},
+        **overrides,
+    }
     return resolve_config({"datasets": {"ds": raw}}).datasets["ds"]
 
 
@@ -38,15 +42,18 @@ def prepare(tmp_path: Path, spec: dict, split: str = "train", name: str = "ds"):
 # ---- ground truth ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("answer,truth", [
-    ("She makes 9 * 2 = $18\n#### 18", "18"),
-    ("... \n#### 1,000", "1000"),
-    ("#### -5", "-5"),
-    ("#### 3.75", "3.75"),
-    ("first #### 1 then #### 2", "2"),
-    ("no marker here", None),
-    ("####   ", None),
-])
+@pytest.mark.parametrize(
+    "answer,truth",
+    [
+        ("She makes 9 * 2 = $18\n#### 18", "18"),
+        ("... \n#### 1,000", "1000"),
+        ("#### -5", "-5"),
+        ("#### 3.75", "3.75"),
+        ("first #### 1 then #### 2", "2"),
+        ("no marker here", None),
+        ("####   ", None),
+    ],
+)
 def test_gsm8k_ground_truth(answer, truth):
     assert gsm8k_ground_truth(answer) == truth
 
@@ -54,7 +61,15 @@ def test_gsm8k_ground_truth(answer, truth):
 # ---- synthetic ------------------------------------------------------------------------------------------------
 
 
-SYNTH = {"task": "arithmetic", "train_size": 300, "test_size": 50, "min_operand": 0, "max_operand": 30, "operations": ["+", "-"], "seed": 7}
+SYNTH = {
+    "task": "arithmetic",
+    "train_size": 300,
+    "test_size": 50,
+    "min_operand": 0,
+    "max_operand": 30,
+    "operations": ["+", "-"],
+    "seed": 7,
+}
 
 
 def test_synthetic_is_deterministic_and_held_out():
@@ -62,7 +77,9 @@ def test_synthetic_is_deterministic_and_held_out():
     assert a == b
     assert len(a["train"]) == 300 and len(a["test"]) == 50
     key = lambda q: tuple(sorted(q["question"].removeprefix("What is ").rstrip("?").split(" ")))  # noqa: E731
-    assert not {key(r) for r in a["train"]} & {key(r) for r in a["test"]}, "a problem (in either operand order) is never in both splits"
+    assert not {key(r) for r in a["train"]} & {key(r) for r in a["test"]}, (
+        "a problem (in either operand order) is never in both splits"
+    )
     for row in a["train"]:
         assert gsm8k_ground_truth(row["answer"]) is not None and int(gsm8k_ground_truth(row["answer"])) >= 0
     assert generate_arithmetic({**SYNTH, "seed": 8}) != a
@@ -77,7 +94,9 @@ def test_synthetic_too_large_is_a_config_error():
 
 
 def test_shipped_gsm8k_sample_converts_to_verl_rows(tmp_path):
-    spec = dataset_spec(prompt={"system": "You are a careful math tutor.", "template": "{question}\nPut the final answer in \\boxed{}."})
+    spec = dataset_spec(
+        prompt={"system": "You are a careful math tutor.", "template": "{question}\nPut the final answer in \\boxed{}."}
+    )
     rows, summary = prepare(tmp_path, spec, "test")
     assert summary["rows"] == len(rows) == 128 and summary["dropped"] == {}
     row = rows[0]
@@ -86,7 +105,10 @@ def test_shipped_gsm8k_sample_converts_to_verl_rows(tmp_path):
     assert row["prompt"][1]["role"] == "user" and row["prompt"][1]["content"].endswith("\\boxed{}.")
     first = json.loads((GSM8K_SAMPLE / "test.jsonl").read_text().splitlines()[0])
     assert row["prompt"][1]["content"].startswith(first["question"])
-    assert row["reward_model"] == {"style": "rule", "ground_truth": first["answer"].rsplit("####", 1)[1].strip().replace(",", "")}
+    assert row["reward_model"] == {
+        "style": "rule",
+        "ground_truth": first["answer"].rsplit("####", 1)[1].strip().replace(",", ""),
+    }
     assert row["extra_info"]["split"] == "test" and row["extra_info"]["index"] == 0
     assert json.loads(row["extra_info"]["original"])["question"] == row["extra_info"]["question"]
 
@@ -129,7 +151,13 @@ def test_single_json_file_with_problem_solution_and_boxed_answers(tmp_path):
         {"problem": "No box here.", "solution": "The answer is 3."},
     ]
     path = _write(tmp_path / "in" / "fast_math_r1_sft.json", json.dumps(data))
-    spec = dataset_spec(local={"path": path}, format="boxed", prompt_key="problem", response_key="solution", validation={"size": 1, "seed": 0})
+    spec = dataset_spec(
+        local={"path": path},
+        format="boxed",
+        prompt_key="problem",
+        response_key="solution",
+        validation={"size": 1, "seed": 0},
+    )
     train, summary = prepare(tmp_path, spec, "train")
     val, _ = prepare(tmp_path / "v", spec, "val")
     truths = sorted(r["reward_model"]["ground_truth"] for r in train + val)
@@ -137,12 +165,15 @@ def test_single_json_file_with_problem_solution_and_boxed_answers(tmp_path):
     assert summary["dropped"].get("no_boxed_answer", 0) + len(train) + len(val) >= 2
 
 
-@pytest.mark.parametrize("content,message", [
-    ("", "file is empty"),
-    ('{"question": "a", "answer": "#### 1"}\n{"question": "b", "answer": \n', "line 2 is not valid JSON"),
-    ('{"prompt": "a", "answer": "#### 1"}\n', "column 'question' not found"),
-    ('{"question": "a", "answer": "one"}\n', "row 1: column 'answer' has no '#### <answer>' line"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("", "file is empty"),
+        ('{"question": "a", "answer": "#### 1"}\n{"question": "b", "answer": \n', "line 2 is not valid JSON"),
+        ('{"prompt": "a", "answer": "#### 1"}\n', "column 'question' not found"),
+        ('{"question": "a", "answer": "one"}\n', "row 1: column 'answer' has no '#### <answer>' line"),
+    ],
+)
 def test_bad_local_files_give_one_line(tmp_path, content, message):
     path = _write(tmp_path / "in" / "train.jsonl", content)
     spec = dataset_spec(local={"train": path})
@@ -152,7 +183,11 @@ def test_bad_local_files_give_one_line(tmp_path, content, message):
 
 
 def test_duplicate_ids_are_an_error(tmp_path):
-    rows = [{"id": 1, "question": "a", "answer": "#### 1"}, {"id": 2, "question": "b", "answer": "#### 2"}, {"id": 1, "question": "c", "answer": "#### 3"}]
+    rows = [
+        {"id": 1, "question": "a", "answer": "#### 1"},
+        {"id": 2, "question": "b", "answer": "#### 2"},
+        {"id": 1, "question": "c", "answer": "#### 3"},
+    ]
     path = _write(tmp_path / "in" / "train.jsonl", "\n".join(json.dumps(r) for r in rows))
     with pytest.raises(DataError, match=r"duplicate id 1 in column 'id' \(rows 1 and 3\)"):
         prepare(tmp_path, dataset_spec(local={"train": path}, id_key="id"), "train")
@@ -168,7 +203,9 @@ def test_parquet_input(tmp_path):
 
     path = tmp_path / "in" / "train.parquet"
     path.parent.mkdir()
-    pq.write_table(pa.Table.from_pylist([{"question": "q1", "answer": "#### 4"}, {"question": "q2", "answer": "#### 5"}]), path)
+    pq.write_table(
+        pa.Table.from_pylist([{"question": "q1", "answer": "#### 4"}, {"question": "q2", "answer": "#### 5"}]), path
+    )
     rows, _ = prepare(tmp_path, dataset_spec(local={"train": str(path)}), "train")
     assert [r["reward_model"]["ground_truth"] for r in rows] == ["4", "5"]
 
@@ -219,7 +256,14 @@ def test_offline_mode_uses_the_local_hf_cache(tmp_path, monkeypatch):
     hf_home = tmp_path / "hf"
     train = (GSM8K_SAMPLE / "train.jsonl").read_text()
     test = (GSM8K_SAMPLE / "test.jsonl").read_text()
-    commit = _fake_hub_cache(hf_home, {"main/train-00000-of-00001.jsonl": train, "main/test-00000-of-00001.jsonl": test, "socratic/train-00000-of-00001.jsonl": "{}"})
+    commit = _fake_hub_cache(
+        hf_home,
+        {
+            "main/train-00000-of-00001.jsonl": train,
+            "main/test-00000-of-00001.jsonl": test,
+            "socratic/train-00000-of-00001.jsonl": "{}",
+        },
+    )
     monkeypatch.setenv("HF_HOME", str(hf_home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     import huggingface_hub.constants as c

@@ -39,14 +39,30 @@ def build_tiny_model(out: Path, *, stop_at_once: bool = False, seed: int = 0) ->
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(CORPUS * 20, trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=CHAT_TEMPLATE)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=CHAT_TEMPLATE
+    )
     tokenizer.add_tokens(THINK)
     config = Qwen3Config(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16, max_position_embeddings=512, tie_word_embeddings=False,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
     )
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(config)
@@ -56,7 +72,18 @@ def build_tiny_model(out: Path, *, stop_at_once: bool = False, seed: int = 0) ->
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     # Like Qwen3's own: sampling defaults that greedy evaluation must not pick up.
-    (out / "generation_config.json").write_text(json.dumps({"do_sample": True, "temperature": 0.6, "top_k": 20, "top_p": 0.95, "eos_token_id": [tokenizer.eos_token_id, tokenizer.pad_token_id], "pad_token_id": tokenizer.pad_token_id}))
+    (out / "generation_config.json").write_text(
+        json.dumps(
+            {
+                "do_sample": True,
+                "temperature": 0.6,
+                "top_k": 20,
+                "top_p": 0.95,
+                "eos_token_id": [tokenizer.eos_token_id, tokenizer.pad_token_id],
+                "pad_token_id": tokenizer.pad_token_id,
+            }
+        )
+    )
     return out
 
 
@@ -71,11 +98,22 @@ def verl_rows(questions_answers: list[tuple[str, str]], system: str | None = Non
     rows = []
     for i, (q, a) in enumerate(questions_answers):
         prompt = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": q}]
-        rows.append({
-            "data_source": "grpoflow/test", "prompt": prompt, "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": a},
-            "extra_info": {"split": "test", "index": i, "id": None, "question": q, "answer": f"#### {a}", "original": "{}"},
-        })
+        rows.append(
+            {
+                "data_source": "grpoflow/test",
+                "prompt": prompt,
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": a},
+                "extra_info": {
+                    "split": "test",
+                    "index": i,
+                    "id": None,
+                    "question": q,
+                    "answer": f"#### {a}",
+                    "original": "{}",
+                },
+            }
+        )
     return rows
 
 
@@ -129,12 +167,21 @@ class FakeVLLM(types.ModuleType):
                 for p, sp in zip(prompts, params):
                     assert sp.kw["temperature"] == 0.0 and sp.kw["n"] == 1
                     x = torch.tensor([p["prompt_token_ids"]])
-                    y = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=sp.kw["max_tokens"], eos_token_id=sp.kw["stop_token_ids"], pad_token_id=sp.kw["stop_token_ids"][0])
-                    ids = y[0, x.shape[1]:].tolist()
+                    y = model.generate(
+                        x,
+                        attention_mask=torch.ones_like(x),
+                        do_sample=False,
+                        max_new_tokens=sp.kw["max_tokens"],
+                        eos_token_id=sp.kw["stop_token_ids"],
+                        pad_token_id=sp.kw["stop_token_ids"][0],
+                    )
+                    ids = y[0, x.shape[1] :].tolist()
                     stop = next((i for i, t in enumerate(ids) if t in sp.kw["stop_token_ids"]), None)
                     ids = ids if stop is None else ids[: stop + 1]  # vLLM keeps the stop token id, drops what follows
                     reason = "length" if stop is None else "stop"
-                    outs.append(types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=ids, finish_reason=reason)]))
+                    outs.append(
+                        types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=ids, finish_reason=reason)])
+                    )
                 return outs
 
         self.LLM, self.SamplingParams = LLM, SamplingParams

@@ -23,7 +23,12 @@ from grpoflow.evaluation.settings import generation_settings
 CONVERSATIONS = [
     [{"role": "system", "content": "Answer with a number."}, {"role": "user", "content": "What is 12 + 35?"}],
     [{"role": "user", "content": "How many apples are left?"}],
-    [{"role": "user", "content": "Janet sells 16 - 3 - 4 duck eggs a day. How many does she sell in a week, if she sells them every day?"}],
+    [
+        {
+            "role": "user",
+            "content": "Janet sells 16 - 3 - 4 duck eggs a day. How many does she sell in a week, if she sells them every day?",
+        }
+    ],
 ]
 
 
@@ -40,7 +45,10 @@ def _prepared(path, **template_kwargs):
 
 def test_prompt_is_the_chat_template_rendering(tiny_model):
     _, tok, texts, ids, _ = _prepared(tiny_model)
-    assert texts[0] == "<|im_start|>system\nAnswer with a number.<|im_end|>\n<|im_start|>user\nWhat is 12 + 35?<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        texts[0]
+        == "<|im_start|>system\nAnswer with a number.<|im_end|>\n<|im_start|>user\nWhat is 12 + 35?<|im_end|>\n<|im_start|>assistant\n"
+    )
     # No BOS/EOS added on top of the template: the ids decode back to exactly the rendered text.
     assert [tok.decode(i, skip_special_tokens=False) for i in ids] == texts
     _, _, no_think, _, _ = _prepared(tiny_model, enable_thinking=False)
@@ -58,7 +66,12 @@ def test_completion_is_cut_at_the_first_stop_token(tiny_model):
     body = tok("The answer is 47.", add_special_tokens=False)["input_ids"]
     im_end, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
     done = completion_from_ids(tok, body + [im_end, pad, pad], stops)
-    assert (done.text, done.n_tokens, done.finish_reason, done.truncated) == ("The answer is 47.", len(body), "stop", False)
+    assert (done.text, done.n_tokens, done.finish_reason, done.truncated) == (
+        "The answer is 47.",
+        len(body),
+        "stop",
+        False,
+    )
     cut = completion_from_ids(tok, body, stops)
     assert cut.truncated and cut.n_tokens == len(body)
     # vLLM's own finish reason wins (it may drop the stop token from token_ids).
@@ -70,7 +83,9 @@ def test_greedy_generation_is_deterministic_and_batch_independent(tiny_model):
     gen = generation_settings({"preset": "greedy", "max_new_tokens": 12, "batch_size": 3})
     first, info = hf_backend.generate(source, tok, ids, gen, stops, threads=1)
     again, _ = hf_backend.generate(source, tok, ids, gen, stops, threads=1)
-    one_by_one, _ = hf_backend.generate(source, tok, ids, generation_settings({"max_new_tokens": 12, "batch_size": 1}), stops, threads=1)
+    one_by_one, _ = hf_backend.generate(
+        source, tok, ids, generation_settings({"max_new_tokens": 12, "batch_size": 1}), stops, threads=1
+    )
     assert first == again == one_by_one
     assert [len(c) for c in first] == [1, 1, 1]
     # Hitting max_new_tokens without a stop token is truncation; a stop token before it is not.
@@ -101,20 +116,50 @@ def test_vllm_backend_writes_what_the_transformers_backend_writes(model_fixture,
     monkeypatch.setitem(sys.modules, "vllm", fake)
     source, tok, _, ids, stops = _prepared(request.getfixturevalue(model_fixture))
     gen = generation_settings({"max_new_tokens": 9, "seed": 5})
-    via_vllm, info = vllm_backend.generate(source, tok, ids, gen, stops, vllm_cfg={"tensor_parallel_size": 2, "max_model_len": 4096, "dtype": "bfloat16"})
+    via_vllm, info = vllm_backend.generate(
+        source, tok, ids, gen, stops, vllm_cfg={"tensor_parallel_size": 2, "max_model_len": 4096, "dtype": "bfloat16"}
+    )
     via_hf, _ = hf_backend.generate(source, tok, ids, gen, stops)
     assert via_vllm == via_hf
     # The engine got the prompts as the shared renderer tokenized them: no re-templating inside vLLM.
     assert fake.prompts == [{"prompt_token_ids": i} for i in ids]
-    assert fake.engines == [{"model": str(source.path), "tokenizer": str(source.path), "trust_remote_code": False, "tensor_parallel_size": 2, "gpu_memory_utilization": 0.9, "dtype": "bfloat16", "seed": 5, "max_model_len": 4096}]
-    assert fake.params[0] == {"n": 1, "max_tokens": 9, "stop_token_ids": stops, "skip_special_tokens": True, "repetition_penalty": 1.0, "temperature": 0.0}
+    assert fake.engines == [
+        {
+            "model": str(source.path),
+            "tokenizer": str(source.path),
+            "trust_remote_code": False,
+            "tensor_parallel_size": 2,
+            "gpu_memory_utilization": 0.9,
+            "dtype": "bfloat16",
+            "seed": 5,
+            "max_model_len": 4096,
+        }
+    ]
+    assert fake.params[0] == {
+        "n": 1,
+        "max_tokens": 9,
+        "stop_token_ids": stops,
+        "skip_special_tokens": True,
+        "repetition_penalty": 1.0,
+        "temperature": 0.0,
+    }
     assert info["vllm"]["tensor_parallel_size"] == 2
 
 
 def test_vllm_sampling_params_follow_the_preset():
     gen = generation_settings({"preset": "standard", "samples": 8, "max_new_tokens": 100, "seed": 7})
     kw = vllm_backend.sampling_kwargs(gen, [1, 2], index=3)
-    assert kw == {"n": 8, "max_tokens": 100, "stop_token_ids": [1, 2], "skip_special_tokens": True, "repetition_penalty": 1.0, "temperature": 0.7, "top_p": 0.95, "top_k": 50, "seed": 10}
+    assert kw == {
+        "n": 8,
+        "max_tokens": 100,
+        "stop_token_ids": [1, 2],
+        "skip_special_tokens": True,
+        "repetition_penalty": 1.0,
+        "temperature": 0.7,
+        "top_p": 0.95,
+        "top_k": 50,
+        "seed": 10,
+    }
 
 
 def test_vllm_missing_is_one_clear_error(monkeypatch):
@@ -126,11 +171,17 @@ def test_vllm_missing_is_one_clear_error(monkeypatch):
 def test_model_resolution(tmp_path, tiny_model):
     sft_json = tmp_path / "sft.json"
     sft_json.write_text(f'{{"path": "{tiny_model}", "step": 900, "found_by": "latest"}}')
-    assert resolve_model("m-sft", {"kind": "sft", "experiment": "m", "sft": {}}, {"sft": str(sft_json)}).path == str(tiny_model)
-    assert resolve_model("m", {"kind": "grpo", "experiment": "m"}, {"model": "results/m/model"}).path == "results/m/model"
+    assert resolve_model("m-sft", {"kind": "sft", "experiment": "m", "sft": {}}, {"sft": str(sft_json)}).path == str(
+        tiny_model
+    )
+    assert (
+        resolve_model("m", {"kind": "grpo", "experiment": "m"}, {"model": "results/m/model"}).path == "results/m/model"
+    )
     hub = resolve_model("q", {"kind": "external", "path": "Qwen/Qwen3-0.6B", "trust_remote_code": True}, {})
     assert (hub.path, hub.trust_remote_code) == ("Qwen/Qwen3-0.6B", True)
-    with pytest.raises(DataError, match=r"evaluation.models.x.path = './missing/dir' is neither a model directory nor a Hub id"):
+    with pytest.raises(
+        DataError, match=r"evaluation.models.x.path = './missing/dir' is neither a model directory nor a Hub id"
+    ):
         resolve_model("x", {"kind": "external", "path": "./missing/dir"}, {})
 
 

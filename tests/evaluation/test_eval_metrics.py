@@ -34,8 +34,16 @@ def test_pass_at_k_edges():
 
 
 def _s(extracted, correct, found=True, tokens=10, truncated=False, source="boxed"):
-    return {"extracted": extracted, "correct": correct, "found": found, "partial": correct, "format_ok": found and source == "boxed",
-            "source": source if found else None, "response_tokens": tokens, "truncated": truncated}
+    return {
+        "extracted": extracted,
+        "correct": correct,
+        "found": found,
+        "partial": correct,
+        "format_ok": found and source == "boxed",
+        "source": source if found else None,
+        "response_tokens": tokens,
+        "truncated": truncated,
+    }
 
 
 def test_majority_vote():
@@ -44,11 +52,18 @@ def test_majority_vote():
     assert majority_correct([_s("1,000", True), _s("9", False), _s("1000", True)])
     assert majority_correct([_s("72", True), _s("71", False)])  # tie: the answer seen first
     assert not majority_correct([_s(None, False, found=False), _s(None, False, found=False)])
-    assert majority_correct([_s(None, False, found=False), _s(None, False, found=False), _s("5", True)])  # no-answers do not vote
+    assert majority_correct(
+        [_s(None, False, found=False), _s(None, False, found=False), _s("5", True)]
+    )  # no-answers do not vote
 
 
 def test_aggregate_greedy():
-    scored = [[_s("1", True, tokens=4)], [_s("2", False, tokens=10, truncated=True)], [_s(None, False, found=False, tokens=7)], [_s("4", True, tokens=5)]]
+    scored = [
+        [_s("1", True, tokens=4)],
+        [_s("2", False, tokens=10, truncated=True)],
+        [_s(None, False, found=False, tokens=7)],
+        [_s("4", True, tokens=5)],
+    ]
     out = aggregate(scored)
     m = out["metrics"]
     assert (out["n_problems"], out["samples_per_problem"], out["n_completions"]) == (4, 1, 4)
@@ -98,5 +113,7 @@ def test_scoring_uses_the_project_verifier():
     assert not far["correct"] and not far["partial"] and far["reason"]
     cut = _verdict("<think>\nLet me add 12 and 35, which gives \\boxed{47", "47")
     assert not cut["found"] and not cut["correct"] and cut["extracted"] is None and cut["reason"]
-    tags = _verdict("<think>\nadd\n</think>\n<answer>47</answer>", "47", style="tags", reasoning_tag="think", answer_tag="answer")
+    tags = _verdict(
+        "<think>\nadd\n</think>\n<answer>47</answer>", "47", style="tags", reasoning_tag="think", answer_tag="answer"
+    )
     assert tags["correct"] and tags["source"] == "answer_tag" and tags["format_ok"]

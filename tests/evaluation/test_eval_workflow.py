@@ -22,8 +22,6 @@ from evalkit import tiny_model  # noqa: F401 (fixture)
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "hub"))
 from fakehub import FakeHub  # noqa: E402
-
-
 from grpoflow_testing import LOCAL_PROFILE, SHORT_CONFIG, copy_workdir, make_workdir, snakemake  # noqa: E402
 
 
@@ -55,7 +53,8 @@ def test_evaluate_and_report_without_training(tmp_path, tiny_model):
     _gsm8k_file(wd / "bench.jsonl", 6)
     config = {
         "evaluation": {
-            "max_new_tokens": 8, "batch_size": 6,
+            "max_new_tokens": 8,
+            "batch_size": 6,
             "models": {"tiny-base": {"path": str(tiny_model)}},
             "benchmarks": {"gsm8k6": {"path": "bench.jsonl", "prompt_key": "question", "format": "gsm8k"}},
             "resources": {"gpus": 0, "cpus_per_task": 1, "mem_mb": 2000, "runtime": 10},
@@ -66,7 +65,9 @@ def test_evaluate_and_report_without_training(tmp_path, tiny_model):
     snakemake(["-c1", "--configfile", cfg], wd)
 
     metrics = json.loads((wd / "results/tiny-base/eval/gsm8k6.json").read_text())
-    samples = [json.loads(line) for line in (wd / "results/tiny-base/eval/gsm8k6.samples.jsonl").read_text().splitlines()]
+    samples = [
+        json.loads(line) for line in (wd / "results/tiny-base/eval/gsm8k6.samples.jsonl").read_text().splitlines()
+    ]
     assert metrics["n_problems"] == len(samples) == 6 and metrics["generation"]["max_new_tokens"] == 8
     with open(wd / "results/report/summary.csv") as fh:
         row = next(csv.DictReader(fh))
@@ -106,12 +107,16 @@ def test_changing_only_evaluation_settings_reruns_only_evaluate_and_report(tmp_p
     before = json.loads((wd / "results/tiny-arith-sft/eval/arith.json").read_text())["metrics"]["accuracy"]
     after = json.loads((run / "eval/arith.json").read_text())["metrics"]["accuracy"]
     assert f"{100 * after:.1f}%" in md and f"{100 * (after - before):+.1f} pts" in md
-    assert (wd / "results/report/plots/training_reward.png").is_file() and (wd / "results/report/plots/training_reward_components.png").is_file()
+    assert (wd / "results/report/plots/training_reward.png").is_file() and (
+        wd / "results/report/plots/training_reward_components.png"
+    ).is_file()
 
     # 1. An evaluation setting: evaluate (3 models x 2 benchmarks) + report; no data, training, merge or upload job.
     assert plan({"evaluation": {"max_new_tokens": 5}}) == {"evaluate": 6, "report": 1, "all": 1}
     # 2. The control: a change upstream (the dataset's prompt) is seen and reruns from the conversion on.
-    assert {"convert_to_parquet", "train_grpo", "evaluate", "report"} <= set(plan({"datasets": {"arith": {"prompt": {"system": "Think, then answer."}}}}))
+    assert {"convert_to_parquet", "train_grpo", "evaluate", "report"} <= set(
+        plan({"datasets": {"arith": {"prompt": {"system": "Think, then answer."}}}})
+    )
     # 3. Switching upload on (dry run): upload_to_hub alone.
     upload = {"experiments": {E1: {"upload": {"enabled": True, "repo_id": "grpoflow-test/e1", "dry_run": True}}}}
     assert plan(upload) == {"upload_to_hub": 1, "all": 1}
@@ -125,16 +130,25 @@ def test_changing_only_evaluation_settings_reruns_only_evaluate_and_report(tmp_p
     overlay.write_text(yaml.safe_dump(upload))
     args = [*LOCAL_PROFILE, *SHORT_CONFIG, str(overlay)]
     with FakeHub(token) as hub:
-        no_token = snakemake(args, wd, env={"HF_ENDPOINT": hub.url, "HF_TOKEN": "", "HF_HOME": str(tmp_path / "hf")}, check=False)
+        no_token = snakemake(
+            args, wd, env={"HF_ENDPOINT": hub.url, "HF_TOKEN": "", "HF_HOME": str(tmp_path / "hf")}, check=False
+        )
         assert no_token.returncode != 0 and hub.requests == []
-        assert f"grpoflow: error: no Hugging Face token for uploading {E1} to grpoflow-test/e1" in (wd / f"logs/upload_to_hub/{E1}.log").read_text()
+        assert (
+            f"grpoflow: error: no Hugging Face token for uploading {E1} to grpoflow-test/e1"
+            in (wd / f"logs/upload_to_hub/{E1}.log").read_text()
+        )
         snakemake(args, wd, env={"HF_ENDPOINT": hub.url, "HF_TOKEN": token, "HF_HOME": str(tmp_path / "hf")})
         files = hub.repos["grpoflow-test/e1"].files("main")
         assert files["model.safetensors"] == (run / "model" / "model.safetensors").read_bytes()
         assert "| arith |" in files["README.md"].decode()
     record = json.loads((run / "upload.json").read_text())
     assert record["sent"] and record["changed"]
-    for path in [*wd.joinpath("logs").rglob("*"), *wd.joinpath("results").rglob("*.json"), *wd.joinpath(".snakemake/log").rglob("*")]:
+    for path in [
+        *wd.joinpath("logs").rglob("*"),
+        *wd.joinpath("results").rglob("*.json"),
+        *wd.joinpath(".snakemake/log").rglob("*"),
+    ]:
         if path.is_file():
             assert token not in path.read_text(errors="replace"), path
 
@@ -142,4 +156,8 @@ def test_changing_only_evaluation_settings_reruns_only_evaluate_and_report(tmp_p
     for exp in ("tiny-arith-seed1", "tiny-arith-seed2"):
         shutil.rmtree(wd / "results" / exp)
     shutil.rmtree(wd / "results/tiny-arith-sft/eval")
-    assert job_counts(snakemake([*LOCAL_PROFILE, "-n", "baselines", *SHORT_CONFIG], wd).stdout) == {"evaluate": 2, "discover_sft_checkpoint": 1, "baselines": 1}
+    assert job_counts(snakemake([*LOCAL_PROFILE, "-n", "baselines", *SHORT_CONFIG], wd).stdout) == {
+        "evaluate": 2,
+        "discover_sft_checkpoint": 1,
+        "baselines": 1,
+    }

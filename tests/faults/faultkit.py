@@ -18,10 +18,29 @@ METRICS = f"results/{EXPERIMENT}/train_metrics.jsonl"
 CHECKPOINTS = f"results/{EXPERIMENT}/checkpoints"
 TRAIN_LOG = f"logs/train_grpo/{EXPERIMENT}.log"
 # A 2-layer model: GRPO steps take a fraction of a second, so the faults, not training, set the test's pace.
-TINY_SPEC = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "max_position_embeddings": 128, "vocab_size": 288, "seed": 0}
-ARITH = {"source": "synthetic", "format": "gsm8k", "prompt": {"system": None, "template": "{question}"},
-         "synthetic": {"task": "arithmetic", "train_size": 200, "test_size": 10, "max_operand": 99, "operations": ["+", "-"], "seed": 7}}
+TINY_SPEC = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+    "vocab_size": 288,
+    "seed": 0,
+}
+ARITH = {
+    "source": "synthetic",
+    "format": "gsm8k",
+    "prompt": {"system": None, "template": "{question}"},
+    "synthetic": {
+        "task": "arithmetic",
+        "train_size": 200,
+        "test_size": 10,
+        "max_operand": 99,
+        "operations": ["+", "-"],
+        "seed": 7,
+    },
+}
 
 
 def fault_config(start_model: str, *, total_steps: int, save_freq: int, runtime: int) -> dict:
@@ -33,16 +52,26 @@ def fault_config(start_model: str, *, total_steps: int, save_freq: int, runtime:
             "backend": "trl",
             "data": {"dataset": "arith", "train_split": "train", "val_split": None},
             "sft": {"model": start_model},
-            "grpo": {"total_steps": total_steps, "save_freq": save_freq, "prompts_per_step": 4, "num_generations": 4,
-                     "learning_rate": 5.0e-5, "lr_scheduler": "constant", "temperature": 0.7, "max_prompt_length": 64,
-                     "max_response_length": 16},
+            "grpo": {
+                "total_steps": total_steps,
+                "save_freq": save_freq,
+                "prompts_per_step": 4,
+                "num_generations": 4,
+                "learning_rate": 5.0e-5,
+                "lr_scheduler": "constant",
+                "temperature": 0.7,
+                "max_prompt_length": 64,
+                "max_response_length": 16,
+            },
             "rewards": {"funcs": ["accuracy"]},
             "trl": {"loss_type": "dapo", "use_cpu": True},
             "resources": {"nodes": 1, "gpus_per_node": 0, "cpus_per_task": 2, "mem_mb": 4000, "runtime": runtime},
         },
         "experiments": {EXPERIMENT: {}},
-        "evaluation": {"benchmarks": {"arith": {"dataset": "arith", "split": "test"}},
-                       "resources": {"gpus": 0, "cpus_per_task": 2, "mem_mb": 4000, "runtime": 10}},
+        "evaluation": {
+            "benchmarks": {"arith": {"dataset": "arith", "split": "test"}},
+            "resources": {"gpus": 0, "cpus_per_task": 2, "mem_mb": 4000, "runtime": 10},
+        },
     }
 
 

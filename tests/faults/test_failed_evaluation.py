@@ -38,7 +38,11 @@ def training_outputs(wd: Path) -> dict[str, tuple[int, bytes]]:
 def planned(wd: Path, overlay: Path) -> dict[str, int]:
     out = snakemake([*LOCAL_PROFILE, *SHORT_CONFIG, str(overlay), "-n", "--quiet", "rules"], wd).stdout
     table = out.split("Job stats:", 1)[1].split("Reasons:", 1)[0] if "Job stats:" in out else ""
-    return {ln.split()[0]: int(ln.split()[1]) for ln in table.splitlines() if len(ln.split()) == 2 and ln.split()[1].isdigit() and ln.split()[0] != "total"}
+    return {
+        ln.split()[0]: int(ln.split()[1])
+        for ln in table.splitlines()
+        if len(ln.split()) == 2 and ln.split()[1].isdigit() and ln.split()[0] != "total"
+    }
 
 
 def kill_when_running(proc: subprocess.Popen, wd: Path, timeout: float = 300) -> None:

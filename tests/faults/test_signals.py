@@ -33,8 +33,13 @@ def trainer(tmp_path: Path, model: str, total_steps: int) -> tuple[subprocess.Po
     spec["checkpoint_dir"] = str(tmp_path / "results" / EXPERIMENT / "checkpoints")
     log = tmp_path / "train.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([PYTHON, "-m", "grpoflow.train.trl_grpo", "--spec", json.dumps(spec)], stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+        proc = subprocess.Popen(
+            [PYTHON, "-m", "grpoflow.train.trl_grpo", "--spec", json.dumps(spec)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"},
+        )
     return proc, log
 
 
@@ -50,7 +55,12 @@ def test_sigterm_delivered_twice_still_saves_a_checkpoint(tmp_path, fault_start_
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     stopped = latest_checkpoint(tmp_path)
-    assert log.read_text().rstrip().splitlines()[-1].startswith(f"grpoflow: error: training of {EXPERIMENT} stopped at step {stopped} of grpo.total_steps = 200")
+    assert (
+        log.read_text()
+        .rstrip()
+        .splitlines()[-1]
+        .startswith(f"grpoflow: error: training of {EXPERIMENT} stopped at step {stopped} of grpo.total_steps = 200")
+    )
     assert 2 <= stopped < 200 and not (tmp_path / "marker.json").exists()
 
 
@@ -61,7 +71,7 @@ def test_a_later_second_sigterm_stops_at_once(tmp_path):
 import signal, sys
 from pathlib import Path
 from grpoflow.train import trl_runner
-stop = next(c for c in trl_runner._callbacks(Path({str(tmp_path / 'live.jsonl')!r})) if type(c).__name__ == "StopOnSigterm")
+stop = next(c for c in trl_runner._callbacks(Path({str(tmp_path / "live.jsonl")!r})) if type(c).__name__ == "StopOnSigterm")
 signal.raise_signal(signal.SIGTERM)
 signal.raise_signal(signal.SIGTERM)
 assert stop.requested, "not requested"
@@ -71,5 +81,7 @@ signal.raise_signal(signal.SIGTERM)
 print("not stopped", flush=True)
 """
     proc = subprocess.run([PYTHON, "-c", script], capture_output=True, text=True, timeout=120)
-    assert "still running after a repeated SIGTERM" in proc.stdout and "not stopped" not in proc.stdout, proc.stderr[-2000:]
+    assert "still running after a repeated SIGTERM" in proc.stdout and "not stopped" not in proc.stdout, proc.stderr[
+        -2000:
+    ]
     assert proc.returncode == -signal.SIGTERM

@@ -22,8 +22,30 @@ import time
 
 import pytest
 import yaml
-from faultkit import CHECKPOINTS, MARKER, METRICS, TRAIN_LOG, fault_config, latest_checkpoint, pause, process_state, read_jsonl, trainer_pids, wait_for
-from grpoflow_testing import REPO, cancel_leftover_jobs, load_yaml, make_workdir, popen_snakemake_slurm, slurm_job, snakemake, snakemake_slurm, submitted_jobs
+from faultkit import (
+    CHECKPOINTS,
+    MARKER,
+    METRICS,
+    TRAIN_LOG,
+    fault_config,
+    latest_checkpoint,
+    pause,
+    process_state,
+    read_jsonl,
+    trainer_pids,
+    wait_for,
+)
+from grpoflow_testing import (
+    REPO,
+    cancel_leftover_jobs,
+    load_yaml,
+    make_workdir,
+    popen_snakemake_slurm,
+    slurm_job,
+    snakemake,
+    snakemake_slurm,
+    submitted_jobs,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -47,17 +69,23 @@ def _first_job(log_path, timeout=120) -> str:
 
 
 def _start_time_limit_run(tmp_path_factory, model) -> dict:
-    wd = _workdir(tmp_path_factory, "fault-timelimit", fault_config(model, total_steps=TIME_LIMIT_STEPS, save_freq=2, runtime=1))
+    wd = _workdir(
+        tmp_path_factory, "fault-timelimit", fault_config(model, total_steps=TIME_LIMIT_STEPS, save_freq=2, runtime=1)
+    )
     log = wd / "snakemake.out"
     proc = popen_snakemake_slurm([MARKER, "--configfile", "fault.yaml"], wd, log, timeout=900)
     job = _first_job(log)
     wait_for("the first checkpoint", lambda: latest_checkpoint(wd) >= 2, 300)
-    pause(wait_for("the trainer's process", lambda: trainer_pids(job), 30))  # still "training" when the limit comes, however fast this machine is
+    pause(
+        wait_for("the trainer's process", lambda: trainer_pids(job), 30)
+    )  # still "training" when the limit comes, however fast this machine is
     return {"wd": wd, "log": log, "proc": proc, "job": job, "paused_at": latest_checkpoint(wd)}
 
 
 def _ctrl_c_run(tmp_path_factory, model) -> dict:
-    wd = _workdir(tmp_path_factory, "fault-ctrl-c", fault_config(model, total_steps=CTRL_C_STEPS, save_freq=2, runtime=10))
+    wd = _workdir(
+        tmp_path_factory, "fault-ctrl-c", fault_config(model, total_steps=CTRL_C_STEPS, save_freq=2, runtime=10)
+    )
     args = [MARKER, "--configfile", "fault.yaml"]
     log = wd / "snakemake.out"
     first = popen_snakemake_slurm(args, wd, log, timeout=600)
@@ -79,20 +107,36 @@ def _ctrl_c_run(tmp_path_factory, model) -> dict:
         first.wait(timeout=300)
         exited_after = time.monotonic() - sent
         # Snakemake exits right after scancel; the job goes on saving (COMPLETING) until the trainer exits.
-        wait_for("the cancelled job to end", lambda: slurm_job(job)["JobState"] not in ("RUNNING", "COMPLETING", "SUSPENDED"), 120)
+        wait_for(
+            "the cancelled job to end",
+            lambda: slurm_job(job)["JobState"] not in ("RUNNING", "COMPLETING", "SUSPENDED"),
+            120,
+        )
     finally:
         if first.poll() is None:
             first.kill()
         cancel_leftover_jobs(_log(log))
     after_kill = {
-        "rc": first.returncode, "exited_after": exited_after, "out": _log(log), "job": job, "job_state": slurm_job(job)["JobState"],
-        "trainer_log": _log(wd / TRAIN_LOG), "checkpoint": latest_checkpoint(wd),
-        "marker": (wd / MARKER).exists(), "metrics": (wd / METRICS).exists(),
+        "rc": first.returncode,
+        "exited_after": exited_after,
+        "out": _log(log),
+        "job": job,
+        "job_state": slurm_job(job)["JobState"],
+        "trainer_log": _log(wd / TRAIN_LOG),
+        "checkpoint": latest_checkpoint(wd),
+        "marker": (wd / MARKER).exists(),
+        "metrics": (wd / METRICS).exists(),
         "slurm_log": _log(wd / "logs" / "slurm" / "rule_train_grpo" / "fault" / f"{job}.log"),
         "plan": snakemake([MARKER, "-n", "--configfile", "fault.yaml"], wd).stdout,
     }
     rerun = snakemake_slurm(args, wd, timeout=600)
-    return {"wd": wd, "second": second, "state_after_second": state_after_second, "after_kill": after_kill, "rerun": rerun}
+    return {
+        "wd": wd,
+        "second": second,
+        "state_after_second": state_after_second,
+        "after_kill": after_kill,
+        "rerun": rerun,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +190,10 @@ def test_time_limit_is_rerun_per_profile_and_resumes(faults):
     assert resumed >= t["paused_at"] >= 2
     # At the limit SLURM sends SIGCONT, then SIGTERM (twice), then SIGKILL after KillWait: the trainer finished its
     # step, saved, and said so in one line (printed by show-failed-logs), and the retry resumed from that save.
-    stopped = re.search(rf"grpoflow: error: training of fault stopped at step (\d+) of grpo.total_steps = {TIME_LIMIT_STEPS} \(interrupted\)", t["out"])
+    stopped = re.search(
+        rf"grpoflow: error: training of fault stopped at step (\d+) of grpo.total_steps = {TIME_LIMIT_STEPS} \(interrupted\)",
+        t["out"],
+    )
     assert stopped and int(stopped.group(1)) == resumed, t["out"][-6000:]
     _finished_cleanly(t["wd"], TIME_LIMIT_STEPS)
 
@@ -166,7 +213,9 @@ def test_ctrl_c_cancels_the_job_and_the_trainer_saves_first(faults):
     assert k["job_state"] == "CANCELLED"
     assert "SIGTERM: saving a checkpoint after this step" in k["trainer_log"]
     last = k["trainer_log"].rstrip().splitlines()[-1]
-    assert last.startswith(f"grpoflow: error: training of fault stopped at step {k['checkpoint']} of grpo.total_steps = {CTRL_C_STEPS} (interrupted)")
+    assert last.startswith(
+        f"grpoflow: error: training of fault stopped at step {k['checkpoint']} of grpo.total_steps = {CTRL_C_STEPS} (interrupted)"
+    )
     assert 2 <= k["checkpoint"] < CTRL_C_STEPS
     # The job step ended because the trainer exited, not because its shell was killed by the signal first (on a
     # cluster with cgroups, a dead shell ends the step and SIGKILLs the trainer mid-save).

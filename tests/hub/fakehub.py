@@ -98,7 +98,9 @@ class FakeHub:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 if not authorized:
-                    return self._reply(401, {"error": "Invalid credentials in Authorization header"}, {"X-Error-Code": "Unauthorized"})
+                    return self._reply(
+                        401, {"error": "Invalid credentials in Authorization header"}, {"X-Error-Code": "Unauthorized"}
+                    )
                 for m, pattern, name in ROUTES:
                     match = pattern.match(path)
                     if m == method and match:
@@ -124,13 +126,23 @@ class FakeHub:
             # endpoints
             def create_repo(self, body: bytes):
                 payload = json.loads(body)
-                repo_id = f"{payload['organization']}/{payload['name']}" if payload.get("organization") else payload["name"]
+                repo_id = (
+                    f"{payload['organization']}/{payload['name']}" if payload.get("organization") else payload["name"]
+                )
                 if repo_id in hub.repos:
-                    return self._reply(409, {"error": "You already created this model repo", "url": f"{hub.url}/{repo_id}"})
+                    return self._reply(
+                        409, {"error": "You already created this model repo", "url": f"{hub.url}/{repo_id}"}
+                    )
                 repo = Repo(private=payload.get("visibility") == "private" or bool(payload.get("private")))
                 hub.repos[repo_id] = repo
                 first = hashlib.sha1(f"{repo_id}:init".encode()).hexdigest()
-                hub.commit(repo_id, first, {".gitattributes": b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"}, None, "initial commit")
+                hub.commit(
+                    repo_id,
+                    first,
+                    {".gitattributes": b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"},
+                    None,
+                    "initial commit",
+                )
                 repo.branches["main"] = first
                 return self._reply(200, {"url": f"{hub.url}/{repo_id}", "name": repo_id, "id": repo_id})
 
@@ -142,7 +154,16 @@ class FakeHub:
                     return err
                 r = hub.repos[repo]
                 sha = r.branches.get(rev, rev)
-                return self._reply(200, {"id": repo, "modelId": repo, "sha": sha, "private": r.private, "siblings": [{"rfilename": f} for f in sorted(r.commits[sha]["files"])]})
+                return self._reply(
+                    200,
+                    {
+                        "id": repo,
+                        "modelId": repo,
+                        "sha": sha,
+                        "private": r.private,
+                        "siblings": [{"rfilename": f} for f in sorted(r.commits[sha]["files"])],
+                    },
+                )
 
             def create_branch(self, body: bytes, repo: str, rev: str):
                 if (err := self._missing(repo)) is not None:
@@ -159,7 +180,12 @@ class FakeHub:
                     return err
                 existing = hub.repos[repo].files(rev)
                 files = [
-                    {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": git_blob_id(existing[f["path"]]) if f["path"] in existing else None}
+                    {
+                        "path": f["path"],
+                        "uploadMode": "regular",
+                        "shouldIgnore": False,
+                        "oid": git_blob_id(existing[f["path"]]) if f["path"] in existing else None,
+                    }
                     for f in json.loads(body)["files"]
                 ]
                 return self._reply(200, {"files": files})
@@ -180,10 +206,16 @@ class FakeHub:
                     elif item["key"] == "deletedFile":
                         files.pop(item["value"]["path"], None)
                     else:
-                        return self._reply(400, {"error": f"stand-in hub accepts regular files only, got {item['key']}"})
-                oid = hashlib.sha1(json.dumps([parent, message, sorted((p, git_blob_id(c)) for p, c in files.items())]).encode()).hexdigest()
+                        return self._reply(
+                            400, {"error": f"stand-in hub accepts regular files only, got {item['key']}"}
+                        )
+                oid = hashlib.sha1(
+                    json.dumps([parent, message, sorted((p, git_blob_id(c)) for p, c in files.items())]).encode()
+                ).hexdigest()
                 hub.commit(repo, oid, files, parent, message)
                 r.branches[rev] = oid
-                return self._reply(200, {"commitUrl": f"{hub.url}/{repo}/commit/{oid}", "commitOid": oid, "pullRequestUrl": None})
+                return self._reply(
+                    200, {"commitUrl": f"{hub.url}/{repo}/commit/{oid}", "commitOid": oid, "pullRequestUrl": None}
+                )
 
         return Handler

@@ -36,7 +36,13 @@ def test_dry_run_lists_the_files_and_sends_nothing(experiment_config, run, hub, 
     record = _record(run)
     assert hub.requests == []
     assert record["sent"] is False and record["dry_run"] is True and record["token_found"] is False
-    assert [f["path"] for f in record["files"]] == ["config.json", "model.safetensors", "sub/extra.txt", "tokenizer.json", "README.md"]
+    assert [f["path"] for f in record["files"]] == [
+        "config.json",
+        "model.safetensors",
+        "sub/extra.txt",
+        "tokenizer.json",
+        "README.md",
+    ]
     assert record["files"][1]["size"] == 2048 and len(record["files"][1]["sha256"]) == 64
     assert record["total_bytes"] == sum(f["size"] for f in record["files"])
     assert record["model_card"].startswith("---\nbase_model: Qwen/Qwen3-0.6B\n")
@@ -46,7 +52,10 @@ def test_dry_run_lists_the_files_and_sends_nothing(experiment_config, run, hub, 
 def test_missing_token_is_a_clear_error_before_any_request(experiment_config, run, hub, no_token):
     with pytest.raises(GrpoflowError) as err:
         _upload(experiment_config, run, hub)
-    assert str(err.value) == "no Hugging Face token for uploading r16 to grpoflow-test/r16: set HF_TOKEN or run `hf auth login` on the machine that runs upload_to_hub (nothing was uploaded)"
+    assert (
+        str(err.value)
+        == "no Hugging Face token for uploading r16 to grpoflow-test/r16: set HF_TOKEN or run `hf auth login` on the machine that runs upload_to_hub (nothing was uploaded)"
+    )
     assert hub.requests == [] and not Path(run["record_path"]).exists()
 
 
@@ -60,7 +69,9 @@ def test_upload_is_complete_and_idempotent(experiment_config, run, hub, with_tok
     for name in ("config.json", "model.safetensors", "tokenizer.json", "sub/extra.txt"):
         assert files[name] == (model / name).read_bytes()
     card = files["README.md"].decode()
-    assert card.startswith("---\nbase_model: Qwen/Qwen3-0.6B\n") and len(files["README.md"]) == first["files"][-1]["size"]
+    assert (
+        card.startswith("---\nbase_model: Qwen/Qwen3-0.6B\n") and len(files["README.md"]) == first["files"][-1]["size"]
+    )
     assert "| arith | 50.0% | 90.0% | 60.0% | 5.0% | 2.0% | 30.5 | 200 | greedy, max 48 tokens |" in card
     from huggingface_hub import ModelCard
 
@@ -86,7 +97,11 @@ def test_upload_is_complete_and_idempotent(experiment_config, run, hub, with_tok
 
     token = with_token
     out = capsys.readouterr()
-    assert token not in caplog.text and token not in out.out + out.err and token not in Path(run["record_path"]).read_text()
+    assert (
+        token not in caplog.text
+        and token not in out.out + out.err
+        and token not in Path(run["record_path"]).read_text()
+    )
 
 
 def test_revision_uploads_to_a_branch(experiment_config, run, hub, with_token):
@@ -111,5 +126,16 @@ def test_rejected_token_is_one_line_without_the_token(experiment_config, run, hu
 def test_card_config_hides_credentials():
     from grpoflow.hub import _public_config
 
-    shown = _public_config({"trl": {"extra_args": {"hub_token": "t", "report_to": ["wandb"]}}, "verl": {"env": {"NCCL_DEBUG": "INFO", "WANDB_API_KEY": "k"}}, "upload": {"repo_id": "a/b"}, "grpo": {"seed": 1}})
-    assert shown == {"trl": {"extra_args": {"hub_token": "<redacted>", "report_to": ["wandb"]}}, "verl": {"env": {"NCCL_DEBUG": "<redacted>", "WANDB_API_KEY": "<redacted>"}}, "grpo": {"seed": 1}}
+    shown = _public_config(
+        {
+            "trl": {"extra_args": {"hub_token": "t", "report_to": ["wandb"]}},
+            "verl": {"env": {"NCCL_DEBUG": "INFO", "WANDB_API_KEY": "k"}},
+            "upload": {"repo_id": "a/b"},
+            "grpo": {"seed": 1},
+        }
+    )
+    assert shown == {
+        "trl": {"extra_args": {"hub_token": "<redacted>", "report_to": ["wandb"]}},
+        "verl": {"env": {"NCCL_DEBUG": "<redacted>", "WANDB_API_KEY": "<redacted>"}},
+        "grpo": {"seed": 1},
+    }

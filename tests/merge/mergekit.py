@@ -12,8 +12,16 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-TINY_SPEC = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "max_position_embeddings": 128, "vocab_size": 300, "seed": 0}
+TINY_SPEC = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+    "vocab_size": 300,
+    "seed": 0,
+}
 
 
 def build_tiny_base(root: Path, default_config: dict) -> str:
@@ -30,7 +38,9 @@ def build_tiny_base(root: Path, default_config: dict) -> str:
         spec = resolve_config(default_config).datasets["gsm8k_sample"]
         manifest = root / "raw" / "manifest.json"
         download_dataset("gsm8k_sample", spec, str(manifest))
-        convert_split("gsm8k_sample", spec, str(manifest), "train", str(root / "train.parquet"), str(root / "train.summary.json"))
+        convert_split(
+            "gsm8k_sample", spec, str(manifest), "train", str(root / "train.parquet"), str(root / "train.summary.json")
+        )
     finally:
         os.chdir(cwd)
     out = root / "model"
@@ -43,8 +53,19 @@ def write_checkpoint(base: str, root: Path, step: int, lora: bool) -> Path:
     with socket.socket() as sock:  # a free port for the rendezvous (other test runs may use torchrun too)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    cmd = [str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(port),
-           str(HERE / "write_fsdp_checkpoint.py"), base, str(root), str(step)] + (["--lora"] if lora else [])
+    cmd = [
+        str(torchrun),
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(port),
+        str(HERE / "write_fsdp_checkpoint.py"),
+        base,
+        str(root),
+        str(step),
+    ] + (["--lora"] if lora else [])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, f"torchrun checkpoint writer failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
@@ -66,13 +87,23 @@ def train_trl(base: str, root: Path, lora_rank: int) -> Path:
     from grpoflow.train.trl_grpo import training_spec
 
     raw = {
-        "datasets": {"arith": {"source": "synthetic", "synthetic": {"train_size": 40, "test_size": 8}, "validation": {"size": 8}}},
+        "datasets": {
+            "arith": {"source": "synthetic", "synthetic": {"train_size": 40, "test_size": 8}, "validation": {"size": 8}}
+        },
         "defaults": {
             "backend": "trl",
             "data": {"dataset": "arith", "val_split": None},
             "sft": {"model": base},
-            "grpo": {"total_steps": 2, "save_freq": 2, "prompts_per_step": 2, "num_generations": 2, "max_prompt_length": 96,
-                     "max_response_length": 6, "learning_rate": 1e-2, "lora": {"rank": lora_rank, "alpha": 2 * max(lora_rank, 1)}},
+            "grpo": {
+                "total_steps": 2,
+                "save_freq": 2,
+                "prompts_per_step": 2,
+                "num_generations": 2,
+                "max_prompt_length": 96,
+                "max_response_length": 6,
+                "learning_rate": 1e-2,
+                "lora": {"rank": lora_rank, "alpha": 2 * max(lora_rank, 1)},
+            },
             "resources": {"gpus_per_node": 0},
         },
         "experiments": {"t": {}},
@@ -84,15 +115,23 @@ def train_trl(base: str, root: Path, lora_rank: int) -> Path:
     discover_to_file({"model": base}, str(sft))
     # The prompts: the tiny base's own training rows (its tokenizer knows them).
     train = Path(base).parent / "train.parquet"
-    spec = training_spec(cfg, "t", {"train": str(train), "sft": str(sft)},
-                         {"marker": str(root / "training_complete.json"), "metrics": str(root / "train_metrics.jsonl")})
+    spec = training_spec(
+        cfg,
+        "t",
+        {"train": str(train), "sft": str(sft)},
+        {"marker": str(root / "training_complete.json"), "metrics": str(root / "train_metrics.jsonl")},
+    )
     spec["checkpoint_dir"] = str(root / "checkpoints")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([sys.executable, "-m", "grpoflow.train.trl_grpo", "--spec", json.dumps(spec)],
-                          capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpoflow.train.trl_grpo", "--spec", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 0, f"TRL training failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     return root
-
 
 
 def load_merged(model_dir: Path) -> dict:

@@ -19,12 +19,20 @@ pytestmark = pytest.mark.slow
 def test_full_finetune_checkpoint(trl_full_run: Path, tmp_path):
     ckpt = trl_full_run / "checkpoints" / "checkpoint-2"
     out = tmp_path / "model"
-    info = merge_checkpoint("trl", str(trl_full_run / "checkpoints"), "last", str(trl_full_run / "sft.json"),
-                            str(trl_full_run / "training_complete.json"), str(out))
+    info = merge_checkpoint(
+        "trl",
+        str(trl_full_run / "checkpoints"),
+        "last",
+        str(trl_full_run / "sft.json"),
+        str(trl_full_run / "training_complete.json"),
+        str(out),
+    )
     saved, merged = load_merged(ckpt), load_merged(out)
     assert set(saved) == set(merged)
     assert all(torch.equal(saved[k], merged[k]) for k in saved)
-    assert not any((out / f).exists() for f in ("optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin"))
+    assert not any(
+        (out / f).exists() for f in ("optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin")
+    )
     assert info["lora"] is None and info["checks"]["tokenizer"]["chat_template"]
     assert info["checks"]["generation_config"] == "equal to the SFT start's"
 
@@ -44,11 +52,14 @@ def test_peft_adapter_is_merged_into_the_sft_start(trl_lora_run: Path, tmp_path)
     ckpt = ckpts / "checkpoint-2"
     adapter = load_file(ckpt / "adapter_model.safetensors")
     gen = torch.Generator().manual_seed(0)
-    adapter = {k: (torch.randn(v.shape, generator=gen) * 0.05).to(v.dtype) if "lora_B" in k else v for k, v in adapter.items()}
+    adapter = {
+        k: (torch.randn(v.shape, generator=gen) * 0.05).to(v.dtype) if "lora_B" in k else v for k, v in adapter.items()
+    }
     save_file(adapter, ckpt / "adapter_model.safetensors")
     out = tmp_path / "model"
-    info = merge_checkpoint("trl", str(ckpts), 2, str(trl_lora_run / "sft.json"),
-                            str(trl_lora_run / "training_complete.json"), str(out))
+    info = merge_checkpoint(
+        "trl", str(ckpts), 2, str(trl_lora_run / "sft.json"), str(trl_lora_run / "training_complete.json"), str(out)
+    )
     assert info["lora"]["r"] == 4
     merged = AutoModelForCausalLM.from_pretrained(out)
     assert not any("lora" in n for n, _ in merged.named_parameters())
@@ -69,4 +80,11 @@ def test_incomplete_checkpoint_is_refused(trl_full_run: Path, tmp_path):
     shutil.copytree(trl_full_run / "checkpoints", ckpts)
     (ckpts / "checkpoint-2" / "trainer_state.json").unlink()
     with pytest.raises(GrpoflowError, match="checkpoint-2 is incomplete"):
-        merge_checkpoint("trl", str(ckpts), "last", str(trl_full_run / "sft.json"), str(trl_full_run / "training_complete.json"), str(tmp_path / "model"))
+        merge_checkpoint(
+            "trl",
+            str(ckpts),
+            "last",
+            str(trl_full_run / "sft.json"),
+            str(trl_full_run / "training_complete.json"),
+            str(tmp_path / "model"),
+        )

@@ -32,7 +32,9 @@ def test_full_checkpoint_merges_to_the_gathered_weights(verl_full_ckpt, run_file
         assert merged[key].dtype == torch.bfloat16
         assert torch.equal(merged[key], ref), key
     base = load_merged(Path(tiny_base))
-    assert not torch.equal(merged["model.layers.0.mlp.up_proj.weight"], base["model.layers.0.mlp.up_proj.weight"].bfloat16()), "the trained step, not the base"
+    assert not torch.equal(
+        merged["model.layers.0.mlp.up_proj.weight"], base["model.layers.0.mlp.up_proj.weight"].bfloat16()
+    ), "the trained step, not the base"
 
     assert info["step"] == 3 and info["lora"] is None
     assert info["checks"]["generation_config"] == "equal to the SFT start's"
@@ -44,7 +46,9 @@ def test_full_checkpoint_merges_to_the_gathered_weights(verl_full_ckpt, run_file
 
     tok = AutoTokenizer.from_pretrained(out)
     model = AutoModelForCausalLM.from_pretrained(out)
-    ids = tok.apply_chat_template([{"role": "user", "content": "2+2?"}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "2+2?"}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
     assert model.generate(**ids, max_new_tokens=3, do_sample=False).shape[-1] > ids["input_ids"].shape[-1]
 
 
@@ -67,7 +71,7 @@ def test_lora_checkpoint_is_merged_into_the_base(verl_lora_ckpt, run_files, tmp_
         expected = (value.float() + scaling * (b @ a)).to(torch.bfloat16)
         got = merged[prefix.replace("base_model.model.", "") + ".weight"]
         # float32 merge, one bfloat16 rounding: at most one ulp apart
-        assert torch.allclose(got.float(), expected.float(), rtol=2 ** -7, atol=1e-6), prefix
+        assert torch.allclose(got.float(), expected.float(), rtol=2**-7, atol=1e-6), prefix
         assert not torch.equal(got, value), f"{prefix}: the adapter changed nothing"
         checked += 1
     assert checked == 2 * 7  # 2 layers x (q, k, v, o, gate, up, down)
@@ -106,7 +110,14 @@ def test_generation_config_must_match_the_sft_start(verl_full_ckpt, tmp_path, ti
     discover_to_file({"model": str(other)}, str(tmp_path / "sft.json"))
     atomic_write_json(tmp_path / "marker.json", {"final_step": 3})
     with pytest.raises(GrpoflowError, match="generation_config differs from the SFT start's .* in temperature"):
-        merge_checkpoint("verl", str(verl_full_ckpt), "last", str(tmp_path / "sft.json"), str(tmp_path / "marker.json"), str(tmp_path / "model"))
+        merge_checkpoint(
+            "verl",
+            str(verl_full_ckpt),
+            "last",
+            str(tmp_path / "sft.json"),
+            str(tmp_path / "marker.json"),
+            str(tmp_path / "model"),
+        )
     assert not (tmp_path / "model").exists()
 
 

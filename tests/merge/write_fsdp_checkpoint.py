@@ -57,8 +57,14 @@ def main() -> None:
     from verl.utils.fsdp_utils import get_fsdp_full_state_dict
 
     manager = FSDPCheckpointManager(
-        model=model, optimizer=optimizer, lr_scheduler=scheduler, processing_class=tokenizer,
-        checkpoint_config={"save_contents": ["model", "optimizer", "extra"], "load_contents": ["model", "optimizer", "extra"]},
+        model=model,
+        optimizer=optimizer,
+        lr_scheduler=scheduler,
+        processing_class=tokenizer,
+        checkpoint_config={
+            "save_contents": ["model", "optimizer", "extra"],
+            "load_contents": ["model", "optimizer", "extra"],
+        },
     )
     manager.save_checkpoint(local_path=os.path.join(root, f"global_step_{step}", "actor"), global_step=step)
     full = get_fsdp_full_state_dict(model, offload_to_cpu=True, rank0_only=True)

@@ -46,7 +46,9 @@ def test_every_output_exists_and_parses(finished_run):
         assert json.loads((wd / f"resources/data/{ds}/manifest.json").read_text())["files"]
         for split in splits:
             table = pq.read_table(wd / f"results/data/{ds}/{split}.parquet")
-            assert table.num_rows > 0 and {"data_source", "prompt", "ability", "reward_model", "extra_info"} <= set(table.column_names)
+            assert table.num_rows > 0 and {"data_source", "prompt", "ability", "reward_model", "extra_info"} <= set(
+                table.column_names
+            )
     run_dir = wd / "resources/demo/sft-run"
     assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "40"
     from transformers import AutoModelForCausalLM, AutoTokenizer

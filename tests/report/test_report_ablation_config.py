@@ -12,18 +12,31 @@ from grpoflow.report import experiment_summary
 
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "qwen3-0.6b-lora-ablations.yaml"
 BASE = "r32-ng6-bs24"
-COSINE = '{"max_len":1000,"max_value_correct":1.0,"max_value_wrong":-0.5,"min_value_correct":0.5,"min_value_wrong":-1.0}'
+COSINE = (
+    '{"max_len":1000,"max_value_correct":1.0,"max_value_wrong":-0.5,"min_value_correct":0.5,"min_value_wrong":-1.0}'
+)
 EXPECTED = {
     "r32-ng7-bs28": {"num_generations": 7},
     "r32-len": {"rewards": "format+tag_count+accuracy+cosine+length"},
     "r16-len": {"lora_rank": 16, "rewards": "format+tag_count+accuracy+cosine+length"},
     "r16": {"lora_rank": 16},
     "r8-len": {"lora_rank": 8, "rewards": "format+tag_count+accuracy+cosine+length"},
-    "r16-official-sampling": {"lora_rank": 16, "rewards": "format+tag_count+accuracy+cosine+length", "temperature": 0.9, "top_p": 0.95, "top_k": 20},
-    "r16-cosine-modified": {"lora_rank": 16, "rewards": "format+tag_count+accuracy+cosine+length",
-                            "reward_params": '{"cosine":{"max_len":1000,"max_value_correct":2.0,"max_value_wrong":0.0,"min_value_correct":1.0,"min_value_wrong":-10.0}}'},
-    "r32-repetition-penalty": {"rewards": "format+tag_count+accuracy+cosine+length+repetition_penalty",
-                               "reward_params": '{"cosine":' + COSINE + ',"repetition_penalty":{"max_penalty":-0.05,"ngram_size":40}}'},
+    "r16-official-sampling": {
+        "lora_rank": 16,
+        "rewards": "format+tag_count+accuracy+cosine+length",
+        "temperature": 0.9,
+        "top_p": 0.95,
+        "top_k": 20,
+    },
+    "r16-cosine-modified": {
+        "lora_rank": 16,
+        "rewards": "format+tag_count+accuracy+cosine+length",
+        "reward_params": '{"cosine":{"max_len":1000,"max_value_correct":2.0,"max_value_wrong":0.0,"min_value_correct":1.0,"min_value_wrong":-10.0}}',
+    },
+    "r32-repetition-penalty": {
+        "rewards": "format+tag_count+accuracy+cosine+length+repetition_penalty",
+        "reward_params": '{"cosine":' + COSINE + ',"repetition_penalty":{"max_penalty":-0.05,"ngram_size":40}}',
+    },
 }
 
 
@@ -31,7 +44,11 @@ def test_the_grid_varies_one_factor_group_per_run():
     cfg = resolve_config(yaml.safe_load(CONFIG.read_text()))
     summaries = {e: experiment_summary(cfg.experiment(e)) for e in cfg.experiments}
     base = summaries[BASE]
-    assert (base["lora_rank"], base["prompts_per_step"] * base["num_generations"], base["rewards"]) == (32, 24, "format+tag_count+accuracy+cosine")
+    assert (base["lora_rank"], base["prompts_per_step"] * base["num_generations"], base["rewards"]) == (
+        32,
+        24,
+        "format+tag_count+accuracy+cosine",
+    )
     assert base["reward_params"] == '{"cosine":' + COSINE + "}" and base["learning_rate"] == 5e-5
     assert set(summaries) == {BASE, *EXPECTED}
     for name, diff in EXPECTED.items():

@@ -18,17 +18,57 @@ BENCHMARKS = ["arith", "gsm8k_sample"]
 def _eval(root: Path, model: str, bench: str, acc: float, tokens: float, n: int = 200, **extra) -> str:
     path = root / "results" / model / "eval" / f"{bench}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    metrics = {"accuracy": acc, "accuracy_stderr": (acc * (1 - acc) / n) ** 0.5, "format_accuracy": 0.9, "partial_accuracy": min(1.0, acc + 0.05),
-               "no_answer_rate": 0.02, "truncation_rate": 0.01, "mean_response_tokens": tokens, "median_response_tokens": tokens - 1, **extra}
-    path.write_text(json.dumps({"model": model, "benchmark": bench, "n_problems": n, "samples_per_problem": 1, "n_completions": n, "metrics": metrics,
-                                "generation": {"backend": "transformers", "preset": "greedy", "greedy": True, "temperature": 0.0, "top_p": 1.0, "top_k": -1, "samples": 1, "max_new_tokens": 48, "seed": 0}}))
+    metrics = {
+        "accuracy": acc,
+        "accuracy_stderr": (acc * (1 - acc) / n) ** 0.5,
+        "format_accuracy": 0.9,
+        "partial_accuracy": min(1.0, acc + 0.05),
+        "no_answer_rate": 0.02,
+        "truncation_rate": 0.01,
+        "mean_response_tokens": tokens,
+        "median_response_tokens": tokens - 1,
+        **extra,
+    }
+    path.write_text(
+        json.dumps(
+            {
+                "model": model,
+                "benchmark": bench,
+                "n_problems": n,
+                "samples_per_problem": 1,
+                "n_completions": n,
+                "metrics": metrics,
+                "generation": {
+                    "backend": "transformers",
+                    "preset": "greedy",
+                    "greedy": True,
+                    "temperature": 0.0,
+                    "top_p": 1.0,
+                    "top_k": -1,
+                    "samples": 1,
+                    "max_new_tokens": 48,
+                    "seed": 0,
+                },
+            }
+        )
+    )
     return str(path)
 
 
 def _train(root: Path, exp: str, steps: int, slope: float) -> str:
     path = root / "results" / exp / "train_metrics.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = [{"step": s, "reward": slope * s, "reward/accuracy": slope * s, "reward/format": 0.5, "accuracy": slope * s, "response_length": 20 - s / 10} for s in range(1, steps + 1)]
+    rows = [
+        {
+            "step": s,
+            "reward": slope * s,
+            "reward/accuracy": slope * s,
+            "reward/format": 0.5,
+            "accuracy": slope * s,
+            "response_length": 20 - s / 10,
+        }
+        for s in range(1, steps + 1)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(path)
 
@@ -37,7 +77,12 @@ def _train(root: Path, exp: str, steps: int, slope: float) -> str:
 def config():
     raw = {
         "datasets": {"arith": {"source": "synthetic", "synthetic": {}, "validation": {"size": 20}}},
-        "defaults": {"backend": "trl", "data": {"dataset": "arith"}, "sft": {"model": "some/model", "name": "base-sft"}, "grpo": {"total_steps": 10}},
+        "defaults": {
+            "backend": "trl",
+            "data": {"dataset": "arith"},
+            "sft": {"model": "some/model", "name": "base-sft"},
+            "grpo": {"total_steps": 10},
+        },
         "experiments": {"lr-low": {"grpo": {"learning_rate": 1e-6}}, "lr-high": {"grpo": {"learning_rate": 1e-5}}},
         "evaluation": {"benchmarks": {"arith": {"dataset": "arith"}, "gsm8k_sample": {"path": "x.jsonl"}}},
     }
@@ -46,15 +91,27 @@ def config():
 
 def test_report_numbers_come_from_the_files(tmp_path, config):
     evals = [
-        _eval(tmp_path, "base-sft", "arith", 0.30, 25.0), _eval(tmp_path, "base-sft", "gsm8k_sample", 0.01, 40.0),
-        _eval(tmp_path, "lr-low", "arith", 0.35, 22.0), _eval(tmp_path, "lr-low", "gsm8k_sample", 0.02, 38.0),
-        _eval(tmp_path, "lr-high", "arith", 0.4125, 18.5), _eval(tmp_path, "lr-high", "gsm8k_sample", 0.0, 35.0),
+        _eval(tmp_path, "base-sft", "arith", 0.30, 25.0),
+        _eval(tmp_path, "base-sft", "gsm8k_sample", 0.01, 40.0),
+        _eval(tmp_path, "lr-low", "arith", 0.35, 22.0),
+        _eval(tmp_path, "lr-low", "gsm8k_sample", 0.02, 38.0),
+        _eval(tmp_path, "lr-high", "arith", 0.4125, 18.5),
+        _eval(tmp_path, "lr-high", "gsm8k_sample", 0.0, 35.0),
     ]
     training = [_train(tmp_path, "lr-low", 30, 0.01), _train(tmp_path, "lr-high", 30, 0.02)]
     out = tmp_path / "results" / "report"
     experiments = {e: experiment_summary(config.experiment(e)) for e in config.experiments}
-    rows = build_report(evals, training, experiments, config.models, BENCHMARKS, {"primary_benchmark": None},
-                        str(out / "summary.md"), str(out / "summary.csv"), str(out / "plots"))
+    rows = build_report(
+        evals,
+        training,
+        experiments,
+        config.models,
+        BENCHMARKS,
+        {"primary_benchmark": None},
+        str(out / "summary.md"),
+        str(out / "summary.csv"),
+        str(out / "plots"),
+    )
 
     assert [r["model"] for r in rows] == ["lr-high", "lr-low", "base-sft"]  # ranked on the first benchmark
     with open(out / "summary.csv") as fh:
@@ -67,23 +124,49 @@ def test_report_numbers_come_from_the_files(tmp_path, config):
     assert table[2]["model"] == "base-sft" and table[2]["arith.delta_vs_sft"] == ""
 
     md = (out / "summary.md").read_text()
-    assert "**Best on `arith` (primary benchmark): `lr-high`** (GRPO) with 41.2% ± 3.5%, +11.2 pts vs its SFT start `base-sft`" in md
+    assert (
+        "**Best on `arith` (primary benchmark): `lr-high`** (GRPO) with 41.2% ± 3.5%, +11.2 pts vs its SFT start `base-sft`"
+        in md
+    )
     assert "| 1 | **lr-high** | GRPO | 41.2% | +11.2 pts | 0.0% | -1.0 pts |" in md
     # Only the hyperparameter that differs gets a column; the shared ones are listed once.
-    assert "learning_rate |" in md.splitlines()[next(i for i, line in enumerate(md.splitlines()) if line.startswith("| rank"))]
+    assert (
+        "learning_rate |"
+        in md.splitlines()[next(i for i, line in enumerate(md.splitlines()) if line.startswith("| rank"))]
+    )
     assert "Shared by every experiment: backend = trl, lora_rank = 0" in md
 
     plots = sorted(p.name for p in (out / "plots").iterdir())
-    assert plots == ["eval_accuracy.png", "training_accuracy.png", "training_response_length.png", "training_reward.png", "training_reward_components.png"]
+    assert plots == [
+        "eval_accuracy.png",
+        "training_accuracy.png",
+        "training_response_length.png",
+        "training_reward.png",
+        "training_reward_components.png",
+    ]
     assert all((out / "plots" / p).read_bytes().startswith(b"\x89PNG") for p in plots)
     assert "![training_reward](plots/training_reward.png)" in md
 
 
 def test_primary_benchmark_decides_the_ranking(tmp_path, config):
-    evals = [_eval(tmp_path, "lr-low", "arith", 0.5, 10), _eval(tmp_path, "lr-low", "gsm8k_sample", 0.18, 10),
-             _eval(tmp_path, "lr-high", "arith", 0.4, 10), _eval(tmp_path, "lr-high", "gsm8k_sample", 0.2, 10)]
+    evals = [
+        _eval(tmp_path, "lr-low", "arith", 0.5, 10),
+        _eval(tmp_path, "lr-low", "gsm8k_sample", 0.18, 10),
+        _eval(tmp_path, "lr-high", "arith", 0.4, 10),
+        _eval(tmp_path, "lr-high", "gsm8k_sample", 0.2, 10),
+    ]
     out = tmp_path / "r"
-    rows = build_report(evals, [], {}, config.models, BENCHMARKS, {"primary_benchmark": "gsm8k_sample"}, str(out / "s.md"), str(out / "s.csv"), str(out / "plots"))
+    rows = build_report(
+        evals,
+        [],
+        {},
+        config.models,
+        BENCHMARKS,
+        {"primary_benchmark": "gsm8k_sample"},
+        str(out / "s.md"),
+        str(out / "s.csv"),
+        str(out / "plots"),
+    )
     assert [r["model"] for r in rows] == ["lr-high", "lr-low"]
     md = (out / "s.md").read_text()
     assert "## Ranking on `gsm8k_sample`" in md and "(within 2 standard errors: not a clear win)" in md
@@ -106,4 +189,14 @@ def test_a_misplaced_evaluation_file_is_refused(tmp_path):
     moved.parent.mkdir(parents=True)
     path.rename(moved)
     with pytest.raises(DataError, match="holds the evaluation of model 'a' on 'arith', not 'b' on 'arith'"):
-        build_report([str(moved)], [], {}, {}, ["arith"], {}, str(tmp_path / "s.md"), str(tmp_path / "s.csv"), str(tmp_path / "p"))
+        build_report(
+            [str(moved)],
+            [],
+            {},
+            {},
+            ["arith"],
+            {},
+            str(tmp_path / "s.md"),
+            str(tmp_path / "s.csv"),
+            str(tmp_path / "p"),
+        )

@@ -28,8 +28,13 @@ def tokenizer_dir(tmp_path_factory) -> str:
     from grpoflow.tiny import EOS, PAD, train_tokenizer
 
     raw = train_tokenizer(_CORPUS, 400)
-    tok = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token=EOS, pad_token=PAD, chat_template=CHAT_TEMPLATE,
-                                  clean_up_tokenization_spaces=False)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=raw,
+        eos_token=EOS,
+        pad_token=PAD,
+        chat_template=CHAT_TEMPLATE,
+        clean_up_tokenization_spaces=False,
+    )
     out = tmp_path_factory.mktemp("tok") / "tokenizer"
     tok.save_pretrained(out)
     return str(out)

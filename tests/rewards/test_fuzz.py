@@ -56,8 +56,13 @@ def _fuzz(budget_s: float, max_examples: int, deadline_s: float) -> tuple[int, f
     checked, slowest = 0, 0.0
     start = time.monotonic()
 
-    @settings(max_examples=max_examples, deadline=None, derandomize=True, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
+    @settings(
+        max_examples=max_examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+    )
     @given(batch=_batch)
     def run(batch):
         nonlocal checked, slowest
@@ -66,7 +71,8 @@ def _fuzz(budget_s: float, max_examples: int, deadline_s: float) -> tuple[int, f
         report = adversarial.run_like_verl(batch, threads=4, deadline_s=deadline_s)
         assert report.unfinished == 0 and not report.over_deadline, (
             f"{len(report.over_deadline)} call(s) over {deadline_s}s, e.g. "
-            f"{[(t, c[:200], g) for t, c, g in report.over_deadline[:2]]}")
+            f"{[(t, c[:200], g) for t, c, g in report.over_deadline[:2]]}"
+        )
         checked += report.n
         slowest = max(slowest, report.slowest_s)
 

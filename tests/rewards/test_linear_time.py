@@ -17,7 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from grpoflow.rewards import _linear_re, _mv_worker, adversarial, extract, funcs, numbers, reset_caches, verifier, verify
+from grpoflow.rewards import (
+    _linear_re,
+    _mv_worker,
+    adversarial,
+    extract,
+    funcs,
+    numbers,
+    reset_caches,
+    verifier,
+    verify,
+)
 
 REWARDS_DIR = Path(verifier.__file__).parent
 # Modules that may use the stdlib re: the RE2 wrapper itself (translating patterns, not model text), the
@@ -168,7 +178,12 @@ def test_verify_in_process_work_is_linear_on_every_hostile_family(monkeypatch, f
         best = float("inf")
         for _ in range(2):
             total = 0.0
-            for c in (f"\\boxed{{{text}}}", f"The answer is {text}.", f"<think>x</think>{text} So the total is 5.", text):
+            for c in (
+                f"\\boxed{{{text}}}",
+                f"The answer is {text}.",
+                f"<think>x</think>{text} So the total is 5.",
+                text,
+            ):
                 reset_caches()
                 start = time.perf_counter()
                 verify(c, "\\frac{1}{2}")

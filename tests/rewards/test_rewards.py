@@ -27,14 +27,31 @@ def score(name: str, completion: str, truth: str = "72", n_tokens: int | None = 
 def test_registry_lists_every_recipe_reward_with_docs():
     reg = registry()
     assert set(reg) == {
-        "accuracy", "binary", "format", "tag_count", "format2", "cosine", "length", "repetition_penalty",
-        "soft_overlong", "match_format_exactly", "match_format_approximately", "check_answer", "check_numbers",
+        "accuracy",
+        "binary",
+        "format",
+        "tag_count",
+        "format2",
+        "cosine",
+        "length",
+        "repetition_penalty",
+        "soft_overlong",
+        "match_format_exactly",
+        "match_format_approximately",
+        "check_answer",
+        "check_numbers",
     }
     for spec in reg.values():
         assert spec.doc, f"{spec.name} has no docstring"
     assert [n for n, s in reg.items() if s.group] == ["length"]
-    assert reg["cosine"].defaults() == {"min_value_wrong": -1.0, "max_value_wrong": -0.1, "min_value_correct": 0.1,
-                                        "max_value_correct": 1.0, "max_len": 30000, "clip_len": True}
+    assert reg["cosine"].defaults() == {
+        "min_value_wrong": -1.0,
+        "max_value_wrong": -0.1,
+        "min_value_correct": 0.1,
+        "max_value_correct": 1.0,
+        "max_len": 30000,
+        "clip_len": True,
+    }
     assert reg["repetition_penalty"].defaults() == {"ngram_size": 40, "max_penalty": -0.05}
     assert reg["binary"].defaults() == {"correct": 1.0, "wrong": -1.0, "no_answer": -0.5}
 
@@ -91,17 +108,20 @@ def test_tpu_format_rewards():
     assert score("match_format_exactly", "<think>r</think><answer>72</answer>", reasoning_tag="think") == 3.0
 
 
-@pytest.mark.parametrize("answer,truth,expected", [
-    ("72", "72", 3.0),
-    (" 72 ", "72", 1.5),
-    ("75", "72", 0.5),  # within 10 %
-    ("$1,680", "1680", 0.5),  # numerically equal, textually not: the ratio tier
-    ("84", "72", 0.25),  # within 20 %
-    ("100", "72", -1.0),
-    ("seventy", "72", -0.5),
-    ("0", "0", 3.0),
-    ("1", "0", -1.0),
-])
+@pytest.mark.parametrize(
+    "answer,truth,expected",
+    [
+        ("72", "72", 3.0),
+        (" 72 ", "72", 1.5),
+        ("75", "72", 0.5),  # within 10 %
+        ("$1,680", "1680", 0.5),  # numerically equal, textually not: the ratio tier
+        ("84", "72", 0.25),  # within 20 %
+        ("100", "72", -1.0),
+        ("seventy", "72", -0.5),
+        ("0", "0", 3.0),
+        ("1", "0", -1.0),
+    ],
+)
 def test_check_answer_tiers(answer, truth, expected):
     assert score("check_answer", f"<reasoning>r</reasoning><answer>{answer}</answer>", truth) == expected
 
@@ -203,8 +223,15 @@ def test_weighted_sum_and_components_before_weights():
 
 
 def test_per_prompt_znorm_matches_the_formula():
-    rs = RewardSet({"funcs": ["accuracy", "cosine"], "weights": [1.0, 1.0], "normalize": "per_prompt", "eps": 1e-6,
-                    "params": {"cosine": {"max_len": 100}}})
+    rs = RewardSet(
+        {
+            "funcs": ["accuracy", "cosine"],
+            "weights": [1.0, 1.0],
+            "normalize": "per_prompt",
+            "eps": 1e-6,
+            "params": {"cosine": {"max_len": 100}},
+        }
+    )
     samples = [Sample(RIGHT, "72", 10), Sample(WRONG, "72", 50), Sample(RIGHT, "72", 90), Sample(WRONG, "72", 5)]
     s = rs.score(samples, [[0, 1], [2, 3]])
     for g in ([0, 1], [2, 3]):
@@ -230,27 +257,66 @@ def test_group_terms_need_groups():
 W = "experiments.x.rewards"
 
 
-@pytest.mark.parametrize("cfg,message", [
-    ({"funcs": ["acc"]}, f"config error: {W}.funcs: unknown reward 'acc' (known: accuracy, binary,"),
-    ({"funcs": []}, f"{W}.funcs = []: must be at least 1 item(s)"),
-    ({"funcs": ["accuracy", "accuracy"]}, "lists 'accuracy' more than once"),
-    ({"funcs": ["accuracy"], "weights": [1, 2]}, f"{W}.weights must be a list of 1 numbers"),
-    ({"funcs": ["accuracy"], "weights": [float("nan")]}, f"{W}.weights.0 = NaN: must be a value of type finite number"),
-    ({"funcs": ["cosine"], "params": {"cosine": {"max_value_correct": float("inf")}}}, f"{W}.params.cosine.max_value_correct = Infinity: must be a value of type finite number"),
-    ({"funcs": ["accuracy"], "normalize": "group"}, f"{W}.normalize = 'group': must be one of none, per_prompt"),
-    ({"funcs": ["accuracy"], "eps": 0}, f"{W}.eps = 0: must be a number > 0"),
-    ({"funcs": ["cosine"], "params": {"cosine": {"maxlen": 1}}}, f"{W}.params.cosine: unknown parameter 'maxlen' (known: clip_len, max_len,"),
-    ({"funcs": ["cosine"], "params": {"cosine": {"max_len": 0}}}, f"{W}.params.cosine.max_len = 0: must be a number > 0"),
-    ({"funcs": ["cosine"], "params": {"cosine": {"max_len": 1.5}}}, f"{W}.params.cosine.max_len = 1.5: must be a value of type integer"),
-    ({"funcs": ["cosine"], "params": {"cosine": {"clip_len": "yes"}}}, "clip_len = 'yes': must be a value of type boolean"),
-    ({"funcs": ["cosine"], "params": {"cosine": {"min_value_correct": 2.0}}}, "min_value_correct must be <= max_value_correct"),
-    ({"funcs": ["cosine"], "params": {"length": {}}}, f"{W}.params.length: parameters given for 'length', which is not in {W}.funcs"),
-    ({"funcs": ["cosine"], "params": {"nope": {}}}, f"{W}.params: unknown reward 'nope'"),
-    ({"funcs": ["repetition_penalty"], "params": {"repetition_penalty": {"max_penalty": 0.1}}}, "max_penalty = 0.1: must be a number <= 0"),
-    ({"funcs": ["format"], "params": {"format": {"answer_tag": "<answer>"}}}, "answer_tag = '<answer>': must be a tag name such as think or answer"),
-    ({"funcs": ["soft_overlong"], "params": {"soft_overlong": {"max_len": None, "cache": "4k"}}}, "soft_overlong.cache = '4k': must be a value of type integer"),
-    ({"funcs": ["soft_overlong"], "params": {"soft_overlong": {"max_len": 100, "cache": 100}}}, "cache (100) must be smaller than max_len (100)"),
-])
+@pytest.mark.parametrize(
+    "cfg,message",
+    [
+        ({"funcs": ["acc"]}, f"config error: {W}.funcs: unknown reward 'acc' (known: accuracy, binary,"),
+        ({"funcs": []}, f"{W}.funcs = []: must be at least 1 item(s)"),
+        ({"funcs": ["accuracy", "accuracy"]}, "lists 'accuracy' more than once"),
+        ({"funcs": ["accuracy"], "weights": [1, 2]}, f"{W}.weights must be a list of 1 numbers"),
+        (
+            {"funcs": ["accuracy"], "weights": [float("nan")]},
+            f"{W}.weights.0 = NaN: must be a value of type finite number",
+        ),
+        (
+            {"funcs": ["cosine"], "params": {"cosine": {"max_value_correct": float("inf")}}},
+            f"{W}.params.cosine.max_value_correct = Infinity: must be a value of type finite number",
+        ),
+        ({"funcs": ["accuracy"], "normalize": "group"}, f"{W}.normalize = 'group': must be one of none, per_prompt"),
+        ({"funcs": ["accuracy"], "eps": 0}, f"{W}.eps = 0: must be a number > 0"),
+        (
+            {"funcs": ["cosine"], "params": {"cosine": {"maxlen": 1}}},
+            f"{W}.params.cosine: unknown parameter 'maxlen' (known: clip_len, max_len,",
+        ),
+        (
+            {"funcs": ["cosine"], "params": {"cosine": {"max_len": 0}}},
+            f"{W}.params.cosine.max_len = 0: must be a number > 0",
+        ),
+        (
+            {"funcs": ["cosine"], "params": {"cosine": {"max_len": 1.5}}},
+            f"{W}.params.cosine.max_len = 1.5: must be a value of type integer",
+        ),
+        (
+            {"funcs": ["cosine"], "params": {"cosine": {"clip_len": "yes"}}},
+            "clip_len = 'yes': must be a value of type boolean",
+        ),
+        (
+            {"funcs": ["cosine"], "params": {"cosine": {"min_value_correct": 2.0}}},
+            "min_value_correct must be <= max_value_correct",
+        ),
+        (
+            {"funcs": ["cosine"], "params": {"length": {}}},
+            f"{W}.params.length: parameters given for 'length', which is not in {W}.funcs",
+        ),
+        ({"funcs": ["cosine"], "params": {"nope": {}}}, f"{W}.params: unknown reward 'nope'"),
+        (
+            {"funcs": ["repetition_penalty"], "params": {"repetition_penalty": {"max_penalty": 0.1}}},
+            "max_penalty = 0.1: must be a number <= 0",
+        ),
+        (
+            {"funcs": ["format"], "params": {"format": {"answer_tag": "<answer>"}}},
+            "answer_tag = '<answer>': must be a tag name such as think or answer",
+        ),
+        (
+            {"funcs": ["soft_overlong"], "params": {"soft_overlong": {"max_len": None, "cache": "4k"}}},
+            "soft_overlong.cache = '4k': must be a value of type integer",
+        ),
+        (
+            {"funcs": ["soft_overlong"], "params": {"soft_overlong": {"max_len": 100, "cache": 100}}},
+            "cache (100) must be smaller than max_len (100)",
+        ),
+    ],
+)
 def test_check_reward_config_errors_are_one_line(cfg, message):
     with pytest.raises(ConfigError) as err:
         check_reward_config(cfg, W)
@@ -261,16 +327,34 @@ def test_check_reward_config_errors_are_one_line(cfg, message):
 def test_check_reward_config_accepts_the_recipe_configs():
     from grpoflow.rewards import resolve_params
 
-    fastmath = {"funcs": ["format2", "cosine", "length"], "weights": [1.0, 1.0, 1.0], "normalize": "per_prompt",
-                "eps": 1e-6, "params": {"cosine": {"max_len": 30000, "clip_len": True}}}
-    ablation = {"funcs": ["format", "tag_count", "accuracy", "cosine", "length", "repetition_penalty"],
-                "params": {"cosine": {"max_len": 1000, "min_value_wrong": -10.0, "max_value_wrong": 0.0,
-                                      "min_value_correct": 1.0, "max_value_correct": 2.0},
-                           "repetition_penalty": {"ngram_size": 40, "max_penalty": -0.05}}}
+    fastmath = {
+        "funcs": ["format2", "cosine", "length"],
+        "weights": [1.0, 1.0, 1.0],
+        "normalize": "per_prompt",
+        "eps": 1e-6,
+        "params": {"cosine": {"max_len": 30000, "clip_len": True}},
+    }
+    ablation = {
+        "funcs": ["format", "tag_count", "accuracy", "cosine", "length", "repetition_penalty"],
+        "params": {
+            "cosine": {
+                "max_len": 1000,
+                "min_value_wrong": -10.0,
+                "max_value_wrong": 0.0,
+                "min_value_correct": 1.0,
+                "max_value_correct": 2.0,
+            },
+            "repetition_penalty": {"ngram_size": 40, "max_penalty": -0.05},
+        },
+    }
     tpu = {"funcs": ["match_format_exactly", "match_format_approximately", "check_answer", "check_numbers"]}
     qwen_math = {"funcs": ["binary"], "params": {"binary": {"no_answer": -0.5}}}
     # Accepted, and each reward gets the recipe's values over the registry's defaults.
-    assert resolve_params(fastmath, where=W)["cosine"] == {**registry()["cosine"].defaults(), "max_len": 30000, "clip_len": True}
+    assert resolve_params(fastmath, where=W)["cosine"] == {
+        **registry()["cosine"].defaults(),
+        "max_len": 30000,
+        "clip_len": True,
+    }
     assert resolve_params(ablation, where=W)["repetition_penalty"] == {"ngram_size": 40, "max_penalty": -0.05}
     assert resolve_params(ablation, where=W)["cosine"]["min_value_wrong"] == -10.0
     assert list(resolve_params(tpu, where=W)) == tpu["funcs"]
@@ -278,8 +362,7 @@ def test_check_reward_config_accepts_the_recipe_configs():
 
 
 def test_config_module_uses_the_registry():
-    from grpoflow.config import resolve_config
-    from grpoflow.config import load_config_files
+    from grpoflow.config import load_config_files, resolve_config
 
     raw = load_config_files(["config/config.yaml"])
     raw["defaults"]["rewards"] = {"funcs": ["accuracy", "cosin"]}
@@ -290,12 +373,33 @@ def test_config_module_uses_the_registry():
 # ---- numbers -------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text,value", [
-    ("72", 72), ("1,680", 1680), ("$1,680.00", 1680), ("\\$18", 18), ("1{,}680", 1680), ("1\\,680", 1680),
-    ("072", 72), ("18.0", 18), ("\\frac12", 0.5), ("\\dfrac94", 2.25), ("-\\frac72", -3.5), ("1\\frac12", 1.5),
-    ("3/4", 0.75), ("72 muffins", 72), ("5\\text{ cm}", 5), ("10^{\\circ}", 10), ("−5", -5), (".5", 0.5),
-    ("105 meters below sea level", -105), ("72.", 72), ("**72**", 72), ("3 km/h", 3),
-])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("72", 72),
+        ("1,680", 1680),
+        ("$1,680.00", 1680),
+        ("\\$18", 18),
+        ("1{,}680", 1680),
+        ("1\\,680", 1680),
+        ("072", 72),
+        ("18.0", 18),
+        ("\\frac12", 0.5),
+        ("\\dfrac94", 2.25),
+        ("-\\frac72", -3.5),
+        ("1\\frac12", 1.5),
+        ("3/4", 0.75),
+        ("72 muffins", 72),
+        ("5\\text{ cm}", 5),
+        ("10^{\\circ}", 10),
+        ("−5", -5),
+        (".5", 0.5),
+        ("105 meters below sea level", -105),
+        ("72.", 72),
+        ("**72**", 72),
+        ("3 km/h", 3),
+    ],
+)
 def test_parse_number(text, value):
     n = parse_number(text)
     assert n is not None and float(n.value) == value

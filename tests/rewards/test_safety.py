@@ -21,15 +21,20 @@ B = "\\boxed"
 # ---- model text is never executed ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("payload", [
-    "__import__('os').system('touch {marker}')",
-    "exec(\"open('{marker}', 'w').write('x')\")",
-    "eval(\"open('{marker}', 'w')\")",
-    "open('{marker}', 'w').write('pwned')",
-    "(lambda: __import__('pathlib').Path('{marker}').touch())()",
-    "[c for c in ().__class__.__base__.__subclasses__()]",
-])
-@pytest.mark.parametrize("wrapper", ["{B}{{{p}}}", "<answer>{p}</answer>", "The answer is {p}", "#### {p}", "{B}{{{p}}} = 5"])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "__import__('os').system('touch {marker}')",
+        "exec(\"open('{marker}', 'w').write('x')\")",
+        "eval(\"open('{marker}', 'w')\")",
+        "open('{marker}', 'w').write('pwned')",
+        "(lambda: __import__('pathlib').Path('{marker}').touch())()",
+        "[c for c in ().__class__.__base__.__subclasses__()]",
+    ],
+)
+@pytest.mark.parametrize(
+    "wrapper", ["{B}{{{p}}}", "<answer>{p}</answer>", "The answer is {p}", "#### {p}", "{B}{{{p}}} = 5"]
+)
 def test_injected_python_is_never_executed(tmp_path, payload, wrapper):
     marker = tmp_path / "pwned"
     p = payload.format(marker=marker)
@@ -130,13 +135,11 @@ def test_worker_crash_is_an_error_not_an_exception(monkeypatch):
 
 def test_thread_safety_and_no_signal_errors_in_threads():
     """verl calls compute_score from a thread pool: math-verify's own signal timeouts would raise there."""
-    cases = [
-        (f"{B}{{\\frac{{{i}}}{{{i + 1}}}}}", f"\\frac{{{2 * i}}}{{{2 * i + 2}}}", True) for i in range(1, 13)
-    ] + [
-        (f"{B}{{\\sqrt{{{i * i * 2}}}}}", f"{i}\\sqrt{{2}}", True) for i in range(1, 9)
-    ] + [
-        (f"The answer is {i}.", str(i + 1), False) for i in range(20)
-    ]
+    cases = (
+        [(f"{B}{{\\frac{{{i}}}{{{i + 1}}}}}", f"\\frac{{{2 * i}}}{{{2 * i + 2}}}", True) for i in range(1, 13)]
+        + [(f"{B}{{\\sqrt{{{i * i * 2}}}}}", f"{i}\\sqrt{{2}}", True) for i in range(1, 9)]
+        + [(f"The answer is {i}.", str(i + 1), False) for i in range(20)]
+    )
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as ex:
         results = list(ex.map(lambda c: (verify(c[0], c[1]).correct, c[2]), cases * 2))
     assert all(got == want for got, want in results)
@@ -145,12 +148,35 @@ def test_thread_safety_and_no_signal_errors_in_threads():
 
 # ---- properties (hypothesis) ---------------------------------------------------------------------------------
 
-_ALPHABET = st.sampled_from(list("0123456789+-*/^=,.$%(){}[]\\ xyab_\n#:") + [
-    "\\boxed{", "\\frac", "\\sqrt", "<think>", "</think>", "<answer>", "</answer>", "####", "The answer is ",
-    "\\text{", "**", "<|im_end|>", "\\pi", "\\infty", "\\cup", " or ", " and ", "!", "−",
-])
+_ALPHABET = st.sampled_from(
+    list("0123456789+-*/^=,.$%(){}[]\\ xyab_\n#:")
+    + [
+        "\\boxed{",
+        "\\frac",
+        "\\sqrt",
+        "<think>",
+        "</think>",
+        "<answer>",
+        "</answer>",
+        "####",
+        "The answer is ",
+        "\\text{",
+        "**",
+        "<|im_end|>",
+        "\\pi",
+        "\\infty",
+        "\\cup",
+        " or ",
+        " and ",
+        "!",
+        "−",
+    ]
+)
 _TEXT = st.lists(_ALPHABET, max_size=60).map("".join)
-_TRUTH = st.one_of(st.integers(-10**6, 10**6).map(str), st.sampled_from(["\\frac12", "x^2+1", "(1,2)", "B", "-3, 2", "1011_2", "\\sqrt2"]))
+_TRUTH = st.one_of(
+    st.integers(-(10**6), 10**6).map(str),
+    st.sampled_from(["\\frac12", "x^2+1", "(1,2)", "B", "-3, 2", "1011_2", "\\sqrt2"]),
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -169,7 +195,7 @@ def test_property_never_raises_and_is_consistent(completion, truth):
 
 
 @settings(max_examples=100, deadline=None)
-@given(n=st.integers(-10**9, 10**9), fmt=st.sampled_from(["{:,}", "{}", "{}.00", "${:,}", "0{}", "{} apples"]))
+@given(n=st.integers(-(10**9), 10**9), fmt=st.sampled_from(["{:,}", "{}", "{}.00", "${:,}", "0{}", "{} apples"]))
 def test_property_formatted_numbers_equal_their_value(n, fmt):
     text = fmt.format(abs(n)) if fmt in ("0{}",) else fmt.format(n)
     truth = str(abs(n)) if fmt == "0{}" else str(n)
@@ -205,7 +231,9 @@ def test_format_ok_boxed_and_tags():
     assert not format_ok("<think>r</think>\nThe answer is 72.")  # no box
     assert format_ok("<think>r</think><answer>72</answer>", style="tags")  # think/answer (default tags)
     assert format_ok("<reasoning>r</reasoning><answer>72</answer>", style="tags", reasoning_tag="reasoning")
-    assert format_ok("<think>x</think><reasoning>r</reasoning><answer>72</answer>", style="tags", reasoning_tag="reasoning")
+    assert format_ok(
+        "<think>x</think><reasoning>r</reasoning><answer>72</answer>", style="tags", reasoning_tag="reasoning"
+    )
     assert not format_ok("<reasoning>r</reasoning>72", style="tags", reasoning_tag="reasoning")
     with pytest.raises(ValueError):
         format_ok("x", style="json")

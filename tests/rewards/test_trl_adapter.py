@@ -14,8 +14,13 @@ from grpoflow.rewards import RewardSet, Sample, contiguous_groups  # noqa: E402
 from grpoflow.rewards.trl import ZNORM_FUNC, build_reward_funcs, completion_text  # noqa: E402
 
 B = "\\boxed"
-KAGGLE = {"funcs": ["format2", "cosine", "length", "accuracy"], "weights": [1.0, 1.0, 1.0, 0.5], "normalize": "per_prompt",
-          "eps": 1e-6, "params": {"cosine": {"max_len": 64}}}
+KAGGLE = {
+    "funcs": ["format2", "cosine", "length", "accuracy"],
+    "weights": [1.0, 1.0, 1.0, 0.5],
+    "normalize": "per_prompt",
+    "eps": 1e-6,
+    "params": {"cosine": {"max_len": 64}},
+}
 TEXTS = [
     (f"<think>48 / 2 = 24 so {B}{{72}}</think>\nThe answer is {B}{{72}}.", "72"),
     (f"<think>hmm</think>\nThe answer is {B}{{72}}.", "72"),
@@ -36,19 +41,39 @@ def trainer_factory(tokenizer, tmp_path_factory):
     from trl import GRPOConfig, GRPOTrainer
 
     torch.manual_seed(0)
-    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
-                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                                         head_dim=8, max_position_embeddings=128,
-                                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id))
-    data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"q{i}"}], "ground_truth": "72"} for i in range(4)])
+    model = Qwen3ForCausalLM(
+        Qwen3Config(
+            vocab_size=len(tokenizer),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=8,
+            max_position_embeddings=128,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    )
+    data = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": f"q{i}"}], "ground_truth": "72"} for i in range(4)]
+    )
 
     def make(rewards_cfg):
         rw = build_reward_funcs(rewards_cfg, G, tokenizer=tokenizer)
-        args = GRPOConfig(output_dir=str(tmp_path_factory.mktemp("trl")), use_cpu=True, num_generations=G,
-                          per_device_train_batch_size=G, max_completion_length=8, report_to=[], logging_steps=1,
-                          **rw.config_kwargs)
-        return GRPOTrainer(model=model, reward_funcs=rw.reward_funcs, args=args, train_dataset=data,
-                           processing_class=tokenizer), rw
+        args = GRPOConfig(
+            output_dir=str(tmp_path_factory.mktemp("trl")),
+            use_cpu=True,
+            num_generations=G,
+            per_device_train_batch_size=G,
+            max_completion_length=8,
+            report_to=[],
+            logging_steps=1,
+            **rw.config_kwargs,
+        )
+        return GRPOTrainer(
+            model=model, reward_funcs=rw.reward_funcs, args=args, train_dataset=data, processing_class=tokenizer
+        ), rw
 
     return make
 
@@ -69,7 +94,9 @@ def test_trl_sum_equals_the_znormalised_combined_reward(trainer_factory, tokeniz
     per_func = trainer._calculate_rewards(inputs, prompts, completions, ids)  # TRL's own call, kwargs and all
     total = (per_func * trainer.reward_weights.unsqueeze(0)).nansum(dim=1)  # TRL's sum_then_normalize sum
 
-    samples = [Sample(tokenizer.decode(i, skip_special_tokens=True), gt, n_tokens=len(i)) for i, (_, gt) in zip(ids, TEXTS)]
+    samples = [
+        Sample(tokenizer.decode(i, skip_special_tokens=True), gt, n_tokens=len(i)) for i, (_, gt) in zip(ids, TEXTS)
+    ]
     expected = RewardSet(KAGGLE).score(samples, contiguous_groups(len(samples), G))
     assert torch.allclose(total, torch.tensor(expected.normalized, dtype=torch.float32), atol=1e-5)
     for k, name in enumerate(KAGGLE["funcs"]):  # the per-component columns TRL logs are the raw components
@@ -125,7 +152,9 @@ def test_ground_truth_columns():
 
 def test_lengths_are_tokens_from_completion_ids():
     fn = build_reward_funcs({"funcs": ["cosine"], "params": {"cosine": {"max_len": 10}}}, G).reward_funcs[0]
-    assert fn(prompts=["p"], completions=[f"{B}{{7}}"], completion_ids=[[1] * 10], ground_truth=["7"]) == [pytest.approx(0.1)]
+    assert fn(prompts=["p"], completions=[f"{B}{{7}}"], completion_ids=[[1] * 10], ground_truth=["7"]) == [
+        pytest.approx(0.1)
+    ]
     assert fn(prompts=["p"], completions=[f"{B}{{7}}"], completion_ids=[[1]], ground_truth=["7"])[0] > 0.9
 
 

@@ -23,8 +23,13 @@ from grpoflow.rewards import RewardSet, Sample, groups_of  # noqa: E402
 from grpoflow.rewards import verl as rverl  # noqa: E402
 
 B = "\\boxed"
-KAGGLE = {"funcs": ["format2", "cosine", "length"], "weights": [1.0, 1.0, 1.0], "normalize": "per_prompt", "eps": 1e-6,
-          "params": {"cosine": {"max_len": 64}}}
+KAGGLE = {
+    "funcs": ["format2", "cosine", "length"],
+    "weights": [1.0, 1.0, 1.0],
+    "normalize": "per_prompt",
+    "eps": 1e-6,
+    "params": {"cosine": {"max_len": 64}},
+}
 # Two prompts × 4 responses: right/wrong, boxed inside the reasoning or not, different lengths, one cut off.
 RESPONSES = [
     ("<think>48 / 2 = 24, 48 + 24 = 72 so \\boxed{72}</think>\nThe answer is \\boxed{72}.", "72"),
@@ -77,7 +82,11 @@ def test_overrides_compose_and_land_where_verl_reads_them():
     assert kwargs["normalize"] == "per_prompt" and kwargs["params"]["cosine"]["max_len"] == 64
     assert kwargs["params"]["cosine"]["clip_len"] is True  # every parameter explicit, defaults included
     assert cfg.algorithm.adv_estimator == "grpoflow"
-    assert OmegaConf.to_container(cfg.algorithm.grpoflow) == {"length_weight": 1.0, "normalize": "per_prompt", "eps": 1e-6}
+    assert OmegaConf.to_container(cfg.algorithm.grpoflow) == {
+        "length_weight": 1.0,
+        "normalize": "per_prompt",
+        "eps": 1e-6,
+    }
     # the legacy top-level keys compose but 0.9.1 ignores them: never emitted
     assert not any(o.lstrip("+").startswith(("custom_reward_function.", "reward_model.")) for o in overrides)
     assert OmegaConf.select(cfg, "custom_reward_function.path") is None
@@ -91,7 +100,9 @@ def test_compute_score_loads_by_file_path_too():
 
     overrides = rverl.hydra_overrides(KAGGLE) + [f"reward.custom_reward_function.path={rverl.COMPUTE_SCORE_PATH}"]
     fn = get_custom_reward_fn(_compose(BASE + overrides))
-    out = fn(data_source="grpoflow/x", solution_str=RESPONSES[0][0], ground_truth="72", extra_info={rverl.TOKENS_KEY: 20})
+    out = fn(
+        data_source="grpoflow/x", solution_str=RESPONSES[0][0], ground_truth="72", extra_info={rverl.TOKENS_KEY: 20}
+    )
     assert out["acc"] == 1.0 and out["format2"] == 1.0
 
 
@@ -106,8 +117,10 @@ def test_overrides_without_group_terms_keep_verl_grpo():
 
 
 def test_override_values_survive_hydra_quoting():
-    cfg_rewards = {"funcs": ["match_format_exactly", "soft_overlong"],
-                   "params": {"match_format_exactly": {"reasoning_tag": "reasoning"}, "soft_overlong": {"cache": 8}}}
+    cfg_rewards = {
+        "funcs": ["match_format_exactly", "soft_overlong"],
+        "params": {"match_format_exactly": {"reasoning_tag": "reasoning"}, "soft_overlong": {"cache": 8}},
+    }
     overrides = rverl.hydra_overrides(cfg_rewards, max_response_length=32)
     kw = OmegaConf.to_container(_compose(BASE + overrides).reward.custom_reward_function.reward_kwargs)
     assert kw["params"]["match_format_exactly"] == {"reasoning_tag": "reasoning", "answer_tag": "answer"}
@@ -123,7 +136,9 @@ def _dataproto(tokenizer, responses, uids):
     from verl import DataProto
 
     prompt_ids = [tokenizer("user\nWhat is it?\nassistant\n", add_special_tokens=False)["input_ids"] for _ in responses]
-    resp_ids = [tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for text, _ in responses]
+    resp_ids = [
+        tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for text, _ in responses
+    ]
     p_len, r_len, pad = max(map(len, prompt_ids)), max(map(len, resp_ids)) + 3, tokenizer.pad_token_id
     prompts = torch.tensor([[pad] * (p_len - len(p)) + p for p in prompt_ids])
     resps = torch.tensor([r + [pad] * (r_len - len(r)) for r in resp_ids])
@@ -131,8 +146,12 @@ def _dataproto(tokenizer, responses, uids):
     r_mask = torch.tensor([[1] * len(r) + [0] * (r_len - len(r)) for r in resp_ids])
     n = len(responses)
     data = DataProto.from_dict(
-        tensors={"prompts": prompts, "responses": resps, "attention_mask": torch.cat([p_mask, r_mask], dim=1),
-                 "input_ids": torch.cat([prompts, resps], dim=1)},
+        tensors={
+            "prompts": prompts,
+            "responses": resps,
+            "attention_mask": torch.cat([p_mask, r_mask], dim=1),
+            "input_ids": torch.cat([prompts, resps], dim=1),
+        },
         non_tensors={
             "data_source": np.array(["grpoflow/test"] * n, dtype=object),
             "reward_model": np.array([{"style": "rule", "ground_truth": gt} for _, gt in responses], dtype=object),
@@ -158,14 +177,30 @@ def scored(tokenizer_dir, tokenizer):
     extras = [o["reward_extra_info"] for o in outputs]
     keys = list(extras[0])
     non_tensor = {k: np.array([e[k] for e in extras]) for k in keys}
-    return {"worker": worker, "rm_scores": rm_scores, "extras": non_tensor, "mask": r_mask, "n_tokens": n_tokens,
-            "decoded": [tokenizer.decode(data.batch["responses"][i][:n_tokens[i]], skip_special_tokens=True) for i in range(len(RESPONSES))]}
+    return {
+        "worker": worker,
+        "rm_scores": rm_scores,
+        "extras": non_tensor,
+        "mask": r_mask,
+        "n_tokens": n_tokens,
+        "decoded": [
+            tokenizer.decode(data.batch["responses"][i][: n_tokens[i]], skip_special_tokens=True)
+            for i in range(len(RESPONSES))
+        ],
+    }
 
 
 def test_reward_loop_uses_our_manager_and_function(scored):
     assert type(scored["worker"].reward_manager).__name__ == rverl.REWARD_MANAGER
     extras = scored["extras"]
-    assert set(extras) == {"score", "format2", "cosine", "acc", "answer_found", "verify_error"}  # same keys every sample
+    assert set(extras) == {
+        "score",
+        "format2",
+        "cosine",
+        "acc",
+        "answer_found",
+        "verify_error",
+    }  # same keys every sample
     assert list(extras["acc"]) == [1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0]
     assert list(extras["format2"]) == [1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0]
     assert list(extras["answer_found"]) == [1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0]
@@ -210,7 +245,9 @@ def test_estimator_equals_grpo_without_group_terms():
     rewards[torch.arange(8), mask.sum(-1) - 1] = torch.randn(8)
     index = np.array(UIDS, dtype=object)
     for norm in (True, False):
-        config = OmegaConf.create({"norm_adv_by_std_in_grpo": norm, "grpoflow": {"length_weight": 0.0, "normalize": "none", "eps": 1e-6}})
+        config = OmegaConf.create(
+            {"norm_adv_by_std_in_grpo": norm, "grpoflow": {"length_weight": 0.0, "normalize": "none", "eps": 1e-6}}
+        )
         ours, _ = fn(token_level_rewards=rewards, response_mask=mask, index=index, config=config)
         theirs, _ = compute_grpo_outcome_advantage(rewards, mask, index, norm_adv_by_std_in_grpo=norm)
         assert torch.equal(ours, theirs)
@@ -223,13 +260,17 @@ def test_estimator_applies_length_and_znorm_like_the_trl_path(scored):
     cfg = _compose(BASE + rverl.hydra_overrides(KAGGLE))
     fn = get_adv_estimator_fn("grpoflow")
     index = np.array(UIDS, dtype=object)
-    ours, returns = fn(token_level_rewards=scored["rm_scores"], response_mask=scored["mask"], index=index, config=cfg.algorithm)
+    ours, returns = fn(
+        token_level_rewards=scored["rm_scores"], response_mask=scored["mask"], index=index, config=cfg.algorithm
+    )
 
     samples = [Sample(t, RESPONSES[i][1], n_tokens=scored["n_tokens"][i]) for i, t in enumerate(scored["decoded"])]
     expected = RewardSet(KAGGLE).score(samples, groups_of(UIDS))
     assert any(v != 0 for v in expected.components["length"])
     shaped = torch.zeros_like(scored["rm_scores"])
-    shaped[torch.arange(len(samples)), scored["mask"].sum(-1) - 1] = torch.tensor(expected.normalized, dtype=torch.float32)
+    shaped[torch.arange(len(samples)), scored["mask"].sum(-1) - 1] = torch.tensor(
+        expected.normalized, dtype=torch.float32
+    )
     theirs, _ = compute_grpo_outcome_advantage(shaped, scored["mask"], index)
     assert torch.allclose(ours, theirs, atol=1e-4)
     assert torch.equal(ours, returns)
@@ -271,8 +312,10 @@ def test_compute_score_needs_its_config():
 
 
 def test_estimator_registered_through_verl_use_external_modules():
-    code = ("import verl; from verl.trainer.ppo.core_algos import get_adv_estimator_fn; "
-            "print(get_adv_estimator_fn('grpoflow').__module__)")
+    code = (
+        "import verl; from verl.trainer.ppo.core_algos import get_adv_estimator_fn; "
+        "print(get_adv_estimator_fn('grpoflow').__module__)"
+    )
     env = {**os.environ, **rverl.environment(KAGGLE)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

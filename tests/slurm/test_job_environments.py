@@ -19,7 +19,6 @@ log says which interpreter ran it (grpoflow.envcheck), and the test asserts that
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import sysconfig
@@ -50,18 +49,40 @@ def cluster_python(tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("cluster-env") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, capture_output=True)
     py = root / "bin" / "python"
-    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     # addsitedir (not a plain path line): the local site-packages' own .pth files (editable installs) apply too.
-    Path(site, "grpoflow-local-packages.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", site, lock_pin("TransferQueue")],
-                          capture_output=True, text=True, timeout=300)
+    Path(site, "grpoflow-local-packages.pth").write_text(
+        f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", site, lock_pin("TransferQueue")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if proc.returncode != 0:
-        unavailable(f"cannot pip install {lock_pin('TransferQueue')} into the test's cluster env: {proc.stderr.strip()[-300:]}")
+        unavailable(
+            f"cannot pip install {lock_pin('TransferQueue')} into the test's cluster env: {proc.stderr.strip()[-300:]}"
+        )
     # Distinct by construction: its own interpreter path and prefix, and a package the local env must not have.
     probe = "import sys, importlib.util as u; print(sys.executable, sys.prefix, u.find_spec('transfer_queue') is not None, u.find_spec('verl') is not None)"
-    exe, prefix, tq, verl = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    exe, prefix, tq, verl = subprocess.run(
+        [str(py), "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert (exe, prefix, tq, verl) == (str(py), str(root), "True", "True")
-    assert subprocess.run([sys.executable, "-c", "import importlib.util as u; print(u.find_spec('transfer_queue'))"], capture_output=True, text=True).stdout.strip() == "None"
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", "import importlib.util as u; print(u.find_spec('transfer_queue'))"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        == "None"
+    )
     return str(py)
 
 
@@ -79,17 +100,33 @@ def overlay(tmp_path: Path, base: str) -> Path:
     shipped = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg = {
         "datasets": {"gsm8k_sample": shipped["datasets"]["gsm8k_sample"]},
-        "experiments": {EXP: {
-            "backend": "verl",
-            "data": {"dataset": "gsm8k_sample", "train_split": "train", "val_split": None},
-            "sft": {"model": base},
-            "grpo": {"total_steps": 2, "save_freq": 2, "prompts_per_step": 2, "num_generations": 2, "max_prompt_length": 64, "max_response_length": 32},
-            "verl": {"ppo_mini_batch_size": 2, "ppo_micro_batch_size_per_gpu": 1, "log_prob_micro_batch_size_per_gpu": 1,
-                     "rollout": {"name": "vllm", "tensor_model_parallel_size": 1}},
-            "resources": {"nodes": 1, "gpus_per_node": 1, "cpus_per_task": 2, "mem_mb": 4000, "runtime": 10},
-        }},
-        "evaluation": {"backend": "vllm", "resources": {"gpus": 1},
-                       "benchmarks": {"gsm8k_sample": {"dataset": "gsm8k_sample", "split": "test", "limit": 2}}},
+        "experiments": {
+            EXP: {
+                "backend": "verl",
+                "data": {"dataset": "gsm8k_sample", "train_split": "train", "val_split": None},
+                "sft": {"model": base},
+                "grpo": {
+                    "total_steps": 2,
+                    "save_freq": 2,
+                    "prompts_per_step": 2,
+                    "num_generations": 2,
+                    "max_prompt_length": 64,
+                    "max_response_length": 32,
+                },
+                "verl": {
+                    "ppo_mini_batch_size": 2,
+                    "ppo_micro_batch_size_per_gpu": 1,
+                    "log_prob_micro_batch_size_per_gpu": 1,
+                    "rollout": {"name": "vllm", "tensor_model_parallel_size": 1},
+                },
+                "resources": {"nodes": 1, "gpus_per_node": 1, "cpus_per_task": 2, "mem_mb": 4000, "runtime": 10},
+            }
+        },
+        "evaluation": {
+            "backend": "vllm",
+            "resources": {"gpus": 1},
+            "benchmarks": {"gsm8k_sample": {"dataset": "gsm8k_sample", "split": "test", "limit": 2}},
+        },
     }
     path = tmp_path / "env-verl.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -120,14 +157,18 @@ def error_line(log: Path) -> str:
 def run_train(wd: Path, files: list[str], extra: list[str]) -> str:
     # --retries 0: the profile resubmits a failed job (for time limits); an environment that lacks a package fails
     # the same way each time, and one attempt's log is the evidence.
-    proc = snakemake_slurm([f"results/{EXP}/training_complete.json", *files, *extra, "--retries", "0"], wd, timeout=600, check=False)
+    proc = snakemake_slurm(
+        [f"results/{EXP}/training_complete.json", *files, *extra, "--retries", "0"], wd, timeout=600, check=False
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and len(submitted_jobs(out)) == 1, out[-4000:]
     return out
 
 
 @pytest.mark.parametrize("way", ["python", "activate"])
-def test_train_grpo_runs_in_the_named_cluster_env_and_stops_where_cuda_is_needed(local_slurm, cluster_python, tiny, tmp_path, way):
+def test_train_grpo_runs_in_the_named_cluster_env_and_stops_where_cuda_is_needed(
+    local_slurm, cluster_python, tiny, tmp_path, way
+):
     """cluster_env.python (the interpreter by path) or cluster_env.activate (the job sources the venv's activate
     script, then runs `python`; a module system's `module load` is not available here)."""
     wd = make_workdir(fresh(tmp_path / "cluster"))
@@ -140,7 +181,9 @@ def test_train_grpo_runs_in_the_named_cluster_env_and_stops_where_cuda_is_needed
     log = wd / "logs" / "train_grpo" / f"{EXP}.log"
     assert interpreter(log) == cluster_python
     line = error_line(log)
-    assert line.startswith(f"grpoflow: error: environment check failed for train_grpo (backend verl): {cluster_python} lacks vllm (verl[vllm]) (for actor_rollout_ref.rollout.name=vllm), flash-attn (for attn_implementation flash_attention_2")
+    assert line.startswith(
+        f"grpoflow: error: environment check failed for train_grpo (backend verl): {cluster_python} lacks vllm (verl[vllm]) (for actor_rollout_ref.rollout.name=vllm), flash-attn (for attn_implementation flash_attention_2"
+    )
     assert "TransferQueue" not in line and "verl==" not in line and "cluster_env.python or cluster_env.activate" in line
     assert "environment check for" not in log.read_text()  # it stopped at the check: no Ray, no verl
     # The command Snakemake printed (and sbatch ran) names the cluster interpreter for the wrapper and for verl.
@@ -157,7 +200,10 @@ def test_without_cluster_env_train_grpo_runs_in_snakemakes_env_and_names_the_set
     local = interpreter(log)
     assert Path(local).resolve().parent == Path(sys.executable).resolve().parent or local == sys.executable
     line = error_line(log)
-    assert "TransferQueue (verl[vllm]) (for verl's default trainer.use_v1=true)" in line and "cluster_env.python or cluster_env.activate in the config or profile" in line
+    assert (
+        "TransferQueue (verl[vllm]) (for verl's default trainer.use_v1=true)" in line
+        and "cluster_env.python or cluster_env.activate in the config or profile" in line
+    )
 
 
 def test_merge_and_vllm_evaluate_run_in_the_named_cluster_env(local_slurm, cluster_python, tiny, tmp_path):
@@ -168,14 +214,39 @@ def test_merge_and_vllm_evaluate_run_in_the_named_cluster_env(local_slurm, clust
 
     results = wd / "results" / EXP
     results.mkdir(parents=True)
-    discover_to_file({"model": tiny["base"], "run_dir": None, "hf_subdir": "huggingface", "step": "latest", "trust_remote_code": False}, str(results / "sft.json"))
+    discover_to_file(
+        {
+            "model": tiny["base"],
+            "run_dir": None,
+            "hf_subdir": "huggingface",
+            "step": "latest",
+            "trust_remote_code": False,
+        },
+        str(results / "sft.json"),
+    )
     subprocess.run(["cp", "-r", str(tiny["checkpoints"]), str(results / "checkpoints")], check=True)
     (results / "training_complete.json").write_text(json.dumps({"experiment": EXP, "backend": "verl", "final_step": 2}))
     (results / "train_metrics.jsonl").write_text("")
     target = f"results/{EXP}/eval/gsm8k_sample.json"
     # Only these rules (plus the local data rules for the benchmark's Parquet): the files above stand in for the rest.
-    proc = snakemake_slurm([target, *files, "--config", f"cluster_env={{python: {cluster_python}}}",
-                            "--allowed-rules", "download_data", "convert_to_parquet", "merge_checkpoint", "evaluate", "--retries", "0"], wd, timeout=900, check=False)
+    proc = snakemake_slurm(
+        [
+            target,
+            *files,
+            "--config",
+            f"cluster_env={{python: {cluster_python}}}",
+            "--allowed-rules",
+            "download_data",
+            "convert_to_parquet",
+            "merge_checkpoint",
+            "evaluate",
+            "--retries",
+            "0",
+        ],
+        wd,
+        timeout=900,
+        check=False,
+    )
     out = proc.stdout + proc.stderr
     assert len(submitted_jobs(out)) == 2, out[-4000:]
     merge_log = wd / "logs" / "merge_checkpoint" / f"{EXP}.log"
@@ -185,5 +256,7 @@ def test_merge_and_vllm_evaluate_run_in_the_named_cluster_env(local_slurm, clust
     assert record["backend"] == "verl" and record["step"] == 2
     eval_log = wd / "logs" / "evaluate" / EXP / "gsm8k_sample.log"
     assert interpreter(eval_log) == cluster_python
-    assert error_line(eval_log).startswith(f"grpoflow: error: environment check failed for evaluate (backend vllm): {cluster_python} lacks vllm (verl[vllm]) (for evaluation.backend: vllm); install them there")
+    assert error_line(eval_log).startswith(
+        f"grpoflow: error: environment check failed for evaluate (backend vllm): {cluster_python} lacks vllm (verl[vllm]) (for evaluation.backend: vllm); install them there"
+    )
     assert proc.returncode != 0 and not (wd / target).exists()

@@ -13,12 +13,27 @@ from grpoflow.slurm_nodes import Request, check, query_nodes
 
 pytestmark = [pytest.mark.slurm]
 
-KEYS = {"nodes": "experiments.e.resources.nodes", "cpus": "experiments.e.resources.cpus_per_task",
-        "mem_mb": "experiments.e.resources.mem_mb", "gpus": "experiments.e.resources.gpus_per_node"}
+KEYS = {
+    "nodes": "experiments.e.resources.nodes",
+    "cpus": "experiments.e.resources.cpus_per_task",
+    "mem_mb": "experiments.e.resources.mem_mb",
+    "gpus": "experiments.e.resources.gpus_per_node",
+}
 
 
 def request(**kw) -> Request:
-    return Request(**{"job": "rule train_grpo (e)", "partition": "gpu", "nodes": 1, "cpus": 96, "mem_mb": 512000, "gpus": 8, "keys": KEYS, **kw})
+    return Request(
+        **{
+            "job": "rule train_grpo (e)",
+            "partition": "gpu",
+            "nodes": 1,
+            "cpus": 96,
+            "mem_mb": 512000,
+            "gpus": 8,
+            "keys": KEYS,
+            **kw,
+        }
+    )
 
 
 def test_sinfo_reads_the_local_clusters_node_shapes(local_slurm):
@@ -31,11 +46,16 @@ def test_sinfo_reads_the_local_clusters_node_shapes(local_slurm):
 def test_a_job_that_fits_passes_and_one_that_does_not_names_its_key(local_slurm):
     nodes, default = query_nodes()
     check([request(), request(nodes=2), request(partition=None, cpus=8, gpus=1)], nodes, default)
-    with pytest.raises(ConfigError, match=r"asks for 240 CPUs per node but the largest node of partition gpu has 96 \(sinfo\): lower experiments.e.resources.cpus_per_task$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"asks for 240 CPUs per node but the largest node of partition gpu has 96 \(sinfo\): lower experiments.e.resources.cpus_per_task$",
+    ):
         check([request(cpus=240)], nodes, default)
     with pytest.raises(ConfigError, match=r"16 GPUs .* has 8 .*lower experiments.e.resources.gpus_per_node$"):
         check([request(gpus=16)], nodes, default)
-    with pytest.raises(ConfigError, match=r"asks for 3 nodes .* has 2 such node\(s\) \(sinfo\): lower experiments.e.resources.nodes"):
+    with pytest.raises(
+        ConfigError, match=r"asks for 3 nodes .* has 2 such node\(s\) \(sinfo\): lower experiments.e.resources.nodes"
+    ):
         check([request(nodes=3)], nodes, default)
     with pytest.raises(ConfigError, match=r"partition 'cpu' does not exist here \(sinfo lists gpu\)"):
         check([request(partition="cpu")], nodes, default)
@@ -45,8 +65,12 @@ def test_snakemake_refuses_before_submitting_a_job_no_node_can_hold(local_slurm,
     """The shortened default with one experiment asking for 240 CPUs per task (more than common 8-GPU nodes have,
     and more than the local nodes' 96): the run stops at onstart, nothing reaches sbatch."""
     wd = make_workdir(tmp_path)
-    (tmp_path / "too-big.yaml").write_text(yaml.safe_dump({"experiments": {"tiny-arith-seed2": {"resources": {"cpus_per_task": 240}}}}))
-    proc = snakemake_slurm(["--configfile", *SHORT_CONFIG[1:], str(tmp_path / "too-big.yaml")], wd, timeout=300, check=False)
+    (tmp_path / "too-big.yaml").write_text(
+        yaml.safe_dump({"experiments": {"tiny-arith-seed2": {"resources": {"cpus_per_task": 240}}}})
+    )
+    proc = snakemake_slurm(
+        ["--configfile", *SHORT_CONFIG[1:], str(tmp_path / "too-big.yaml")], wd, timeout=300, check=False
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     line = "grpoflow: rule train_grpo (tiny-arith-seed2) asks for 240 CPUs per node but the largest node of partition gpu has 96 (sinfo): lower experiments.tiny-arith-seed2.resources.cpus_per_task"

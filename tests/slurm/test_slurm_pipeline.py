@@ -44,8 +44,15 @@ def slurm_run(slurm_pipeline_run, local_slurm):
     """The run of the session fixture (tests/conftest.py; the fault tests may have started it already)."""
     run = slurm_pipeline_run.result()
     assert run["returncode"] == 0, run["out"][-8000:]
-    print(f"shortened pipeline through SLURM: {run['seconds']:.0f} s wall since its start, cluster start {local_slurm['start_s']} s")
-    return {"wd": slurm_pipeline_run.workdir, "out": run["out"], "jobs": submitted_jobs(run["out"]), "token": slurm_pipeline_run.token}
+    print(
+        f"shortened pipeline through SLURM: {run['seconds']:.0f} s wall since its start, cluster start {local_slurm['start_s']} s"
+    )
+    return {
+        "wd": slurm_pipeline_run.workdir,
+        "out": run["out"],
+        "jobs": submitted_jobs(run["out"]),
+        "token": slurm_pipeline_run.token,
+    }
 
 
 def planned_jobs(out: str) -> list[tuple[str, str]]:
@@ -66,7 +73,13 @@ def requested(rule: str, wildcards: str) -> dict:
     res = {"gpu": 0, "nodes": 1, **PROFILE["default-resources"], **PROFILE["set-resources"].get(rule, {})}
     if rule == "train_grpo":
         r = cfg.experiment(wildcards)["resources"]
-        res.update(nodes=r["nodes"], gpu=r["gpus_per_node"], cpus_per_task=r["cpus_per_task"], mem_mb=r["mem_mb"], runtime=r["runtime"])
+        res.update(
+            nodes=r["nodes"],
+            gpu=r["gpus_per_node"],
+            cpus_per_task=r["cpus_per_task"],
+            mem_mb=r["mem_mb"],
+            runtime=r["runtime"],
+        )
     elif rule == "evaluate":
         r = cfg.evaluation["resources"]
         res.update(gpu=r["gpus"], cpus_per_task=r["cpus_per_task"], mem_mb=r["mem_mb"], runtime=r["runtime"])
@@ -88,7 +101,13 @@ def minutes(limit: str) -> int:
 def test_every_cluster_job_went_through_sbatch_with_the_requested_resources(slurm_run):
     ran = planned_jobs(slurm_run["out"])
     remote = {f"rule_{r}" + (f"_wildcards_{w}" if w else ""): (r, w) for r, w in ran if r not in LOCAL_RULES}
-    assert {r for r, _ in remote.values()} == {"build_tiny_model", "train_sft_demo", "train_grpo", "merge_checkpoint", "evaluate"}
+    assert {r for r, _ in remote.values()} == {
+        "build_tiny_model",
+        "train_sft_demo",
+        "train_grpo",
+        "merge_checkpoint",
+        "evaluate",
+    }
     seen = {}
     for jobid in slurm_run["jobs"]:
         job = slurm_job(jobid)
@@ -122,12 +141,25 @@ def test_every_cluster_job_went_through_sbatch_with_the_requested_resources(slur
 # ---- outputs equal to the local profile's ----------------------------------------------------------------------
 
 # Wall-clock values (and the hash of a record that holds an absolute path) differ from run to run.
-VOLATILE = {"time_s", "timing", "seconds", "step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second", "setup_hash"}
+VOLATILE = {
+    "time_s",
+    "timing",
+    "seconds",
+    "step_time",
+    "train_runtime",
+    "train_samples_per_second",
+    "train_steps_per_second",
+    "setup_hash",
+}
 
 
 def _normalised(obj, key: str = ""):
     if isinstance(obj, dict):
-        return {k: _normalised(v, k) for k, v in obj.items() if k not in VOLATILE and not (key == "provenance" and k == "time")}
+        return {
+            k: _normalised(v, k)
+            for k, v in obj.items()
+            if k not in VOLATILE and not (key == "provenance" and k == "time")
+        }
     if isinstance(obj, list):
         return [_normalised(v) for v in obj]
     return obj
@@ -149,7 +181,9 @@ def comparable(path: Path, root: Path):
 
 
 def output_files(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for d in ("resources", "results") for p in (root / d).rglob("*") if p.is_file())
+    return sorted(
+        str(p.relative_to(root)) for d in ("resources", "results") for p in (root / d).rglob("*") if p.is_file()
+    )
 
 
 def test_outputs_equal_those_of_the_local_profile(slurm_run, short_local_run):
@@ -162,11 +196,15 @@ def test_outputs_equal_those_of_the_local_profile(slurm_run, short_local_run):
     # The comparison is not vacuous: the normalised records still hold the numbers.
     metrics = comparable(slurm_wd / "results/tiny-arith-seed1/eval/arith.json", slurm_wd)
     assert metrics["generation"]["torch_threads"] == 2 and "accuracy" in metrics["metrics"]
-    assert (slurm_wd / "results/tiny-arith-seed2/model/model.safetensors").read_bytes() == (local_wd / "results/tiny-arith-seed2/model/model.safetensors").read_bytes()
+    assert (slurm_wd / "results/tiny-arith-seed2/model/model.safetensors").read_bytes() == (
+        local_wd / "results/tiny-arith-seed2/model/model.safetensors"
+    ).read_bytes()
 
 
 def test_token_from_the_environment_is_never_logged_or_written(slurm_run):
     wd, token = slurm_run["wd"], slurm_run["token"].encode()
     assert (wd / "logs" / "slurm").is_dir() and (wd / ".snakemake" / "log").is_dir()
-    leaked = [str(p.relative_to(wd)) for p in wd.rglob("*") if p.is_file() and not p.is_symlink() and token in p.read_bytes()]
+    leaked = [
+        str(p.relative_to(wd)) for p in wd.rglob("*") if p.is_file() and not p.is_symlink() and token in p.read_bytes()
+    ]
     assert not leaked and token.decode() not in slurm_run["out"], f"HF_TOKEN written to {leaked}"

@@ -45,4 +45,3 @@ def tiny_sft_json(tmp_path_factory, tiny_model) -> str:
     path = tmp_path_factory.mktemp("sft") / "sft.json"
     discover_to_file({"model": tiny_model}, str(path))
     return str(path)
-

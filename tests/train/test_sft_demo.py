@@ -11,14 +11,26 @@ from grpoflow.discovery import discover
 from grpoflow.errors import ConfigError
 from grpoflow.train.sft_demo import completion_text, run_sft
 
-SPEC = {"dataset": "arith", "split": "train", "max_steps": 4, "schedule_steps": 8, "batch_size": 8, "learning_rate": 1e-3,
-        "lr_scheduler": "cosine", "warmup_ratio": 0.0, "save_steps": 2, "seed": 0}
+SPEC = {
+    "dataset": "arith",
+    "split": "train",
+    "max_steps": 4,
+    "schedule_steps": 8,
+    "batch_size": 8,
+    "learning_rate": 1e-3,
+    "lr_scheduler": "cosine",
+    "warmup_ratio": 0.0,
+    "save_steps": 2,
+    "seed": 0,
+}
 
 
 def test_completion_is_a_think_block_then_the_boxed_answer():
     assert completion_text("82", "37 + 45 = 82\n#### 82") == "<think>\n37 + 45 = 82\n</think>\n\\boxed{82}"
     gsm8k = "Half of 48 is 48/2 = <<48/2=24>>24 clips.\nSo 48+24 = <<48+24=72>>72.\n#### 72"
-    assert completion_text("72", gsm8k) == "<think>\nHalf of 48 is 48/2 = 24 clips.\nSo 48+24 = 72.\n</think>\n\\boxed{72}"
+    assert (
+        completion_text("72", gsm8k) == "<think>\nHalf of 48 is 48/2 = 24 clips.\nSo 48+24 = 72.\n</think>\n\\boxed{72}"
+    )
     assert completion_text("5") == "<think>\n\n</think>\n\\boxed{5}"
 
 
@@ -29,7 +41,12 @@ def test_short_run_is_an_sft_run_dir_that_discovery_finds(tmp_path, tiny_model, 
     run_dir = tmp_path / "sft-run"
     summary = run_sft(SPEC, tiny_model, arith_parquet["train"], str(run_dir))
     assert summary["final_step"] == 4
-    assert sorted(os.listdir(run_dir)) == ["global_step_2", "global_step_4", "latest_checkpointed_iteration.txt", "train_log.jsonl"]
+    assert sorted(os.listdir(run_dir)) == [
+        "global_step_2",
+        "global_step_4",
+        "latest_checkpointed_iteration.txt",
+        "train_log.jsonl",
+    ]
     assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
     assert os.listdir(tmp_path) == ["sft-run"]  # written atomically: no temporary dir left beside it
 

@@ -20,7 +20,13 @@ def test_same_spec_same_bytes_other_seed_other_weights(tmp_path, arith_parquet, 
     again = tmp_path / "again"
     build_tiny_model(TINY_SPEC, arith_parquet["train"], str(again))
     assert files(tiny_model) == files(again)
-    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja"} <= set(files(again))
+    assert {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "chat_template.jinja",
+    } <= set(files(again))
 
     other = tmp_path / "other"
     build_tiny_model({**TINY_SPEC, "seed": 1}, arith_parquet["train"], str(other))
@@ -55,7 +61,9 @@ def test_loads_as_a_qwen3_checkpoint_with_a_qwen_chat_format(tiny_model):
 
     import torch
 
-    out = model.generate(**tok(prompt, return_tensors="pt", add_special_tokens=False), max_new_tokens=4, do_sample=False)
+    out = model.generate(
+        **tok(prompt, return_tensors="pt", add_special_tokens=False), max_new_tokens=4, do_sample=False
+    )
     assert out.shape[1] > len(tok(prompt, add_special_tokens=False)["input_ids"])
     assert isinstance(out, torch.Tensor)
 

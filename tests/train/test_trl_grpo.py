@@ -24,8 +24,21 @@ from grpoflow.train.trl_runner import prepare_checkpoint_dir
 EXP = "tiny-arith-seed1"
 # A few seconds per run: 2 prompts × 4 completions of at most 12 tokens per step.
 SHORT = {"grpo": {"prompts_per_step": 2, "num_generations": 4, "max_response_length": 12, "learning_rate": 1e-3}}
-STEP_KEYS = {"step", "reward", "reward_std", "reward/accuracy", "accuracy", "response_length", "response_length_max",
-             "truncated_fraction", "entropy", "loss", "learning_rate", "grad_norm", "time_s"}
+STEP_KEYS = {
+    "step",
+    "reward",
+    "reward_std",
+    "reward/accuracy",
+    "accuracy",
+    "response_length",
+    "response_length_max",
+    "truncated_fraction",
+    "entropy",
+    "loss",
+    "learning_rate",
+    "grad_norm",
+    "time_s",
+}
 
 
 def spec_command(default_config, tmp_path: Path, arith_parquet: dict, sft_json: str, **grpo) -> tuple[str, dict]:
@@ -40,7 +53,9 @@ def spec_command(default_config, tmp_path: Path, arith_parquet: dict, sft_json: 
 def launch(cmd: str, log: Path) -> subprocess.Popen:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     # exec: signals reach the trainer itself, as with SLURM's or Snakemake's kill of the job's process group.
-    return subprocess.Popen(f"exec {cmd}", shell=True, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        f"exec {cmd}", shell=True, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True
+    )
 
 
 def wait_for_checkpoint(proc: subprocess.Popen, ckpt_dir: Path, step: int, timeout: float = 240) -> None:
@@ -58,7 +73,11 @@ def wait_for_checkpoint(proc: subprocess.Popen, ckpt_dir: Path, step: int, timeo
 
 
 def test_command_holds_exactly_the_training_settings(default_config):
-    ins = {"train": "results/data/arith/train.parquet", "val": "results/data/arith/val.parquet", "sft": f"results/{EXP}/sft.json"}
+    ins = {
+        "train": "results/data/arith/train.parquet",
+        "val": "results/data/arith/val.parquet",
+        "sft": f"results/{EXP}/sft.json",
+    }
     outs = {"marker": f"results/{EXP}/training_complete.json", "metrics": f"results/{EXP}/train_metrics.jsonl"}
 
     def cmd(override=None):
@@ -67,17 +86,29 @@ def test_command_holds_exactly_the_training_settings(default_config):
     argv = shlex.split(cmd())
     assert argv[:4] == ["python", "-m", "grpoflow.train.trl_grpo", "--spec"] and len(argv) == 5
     spec = json.loads(argv[4])
-    assert spec["grpo"]["seed"] == 1 and spec["checkpoint_dir"] == f"results/{EXP}/checkpoints" and spec["sft"] == ins["sft"]
+    assert (
+        spec["grpo"]["seed"] == 1
+        and spec["checkpoint_dir"] == f"results/{EXP}/checkpoints"
+        and spec["sft"] == ins["sft"]
+    )
     assert "evaluation" not in spec and "resources" not in spec and "upload" not in spec
     # Evaluation, upload and resource settings do not rerun training; training settings do.
-    assert cmd({"evaluation": {"max_new_tokens": 7}, "defaults": {"upload": {"dry_run": True}, "resources": {"mem_mb": 1}}}) == cmd()
+    assert (
+        cmd(
+            {"evaluation": {"max_new_tokens": 7}, "defaults": {"upload": {"dry_run": True}, "resources": {"mem_mb": 1}}}
+        )
+        == cmd()
+    )
     assert cmd({"defaults": {"grpo": {"learning_rate": 1e-4}}}) != cmd()
 
 
-@pytest.mark.parametrize("override, match", [
-    ({"trl": {"completions_per_device_batch": 48}}, "completions_per_device_batch = 48 does not divide the 128"),
-    ({"grpo": {"num_generations": 1}}, "num_generations = 1"),
-])
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ({"trl": {"completions_per_device_batch": 48}}, "completions_per_device_batch = 48 does not divide the 128"),
+        ({"grpo": {"num_generations": 1}}, "num_generations = 1"),
+    ],
+)
 def test_batch_arithmetic_is_checked_when_the_config_loads(default_config, override, match):
     with pytest.raises(ConfigError, match=match):
         resolved(default_config, {"defaults": override})
@@ -89,14 +120,26 @@ def test_config_maps_onto_grpo_config_and_bad_extra_args_are_config_errors(defau
 
     ins = {"train": "t.parquet", "sft": "sft.json"}
     outs = {"marker": "m.json", "metrics": "x.jsonl"}
-    cfg = resolved(default_config, {"defaults": {"grpo": {"clip_ratio_high": 0.28, "top_k": -1}, "trl": {"completions_per_device_batch": 32}}})
+    cfg = resolved(
+        default_config,
+        {"defaults": {"grpo": {"clip_ratio_high": 0.28, "top_k": -1}, "trl": {"completions_per_device_batch": 32}}},
+    )
     spec = json.loads(shlex.split(command(cfg, EXP, ins, outs))[4])
     args = grpo_config(spec, {"reward_weights": [1.0]})
-    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps, args.generation_batch_size) == (32, 4, 128)
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps, args.generation_batch_size) == (
+        32,
+        4,
+        128,
+    )
     assert (args.num_generations, args.max_steps, args.max_completion_length) == (8, 100, 32)
     assert (args.beta, args.epsilon, args.epsilon_high, args.top_k, args.temperature) == (0.0, 0.2, 0.28, 0, 0.7)
     assert args.use_cpu and not args.bf16 and not args.gradient_checkpointing and args.loss_type == "dapo"
-    assert (args.save_steps, args.save_total_limit, args.seed, args.output_dir) == (50, 2, 1, f"results/{EXP}/checkpoints")
+    assert (args.save_steps, args.save_total_limit, args.seed, args.output_dir) == (
+        50,
+        2,
+        1,
+        f"results/{EXP}/checkpoints",
+    )
     assert args.report_to == [] and args.disable_tqdm  # the progress line replaces tqdm in the job log
     tracked = resolved(default_config, {"defaults": {"grpo": {"report_to": ["tensorboard"]}}})
     assert grpo_config(json.loads(shlex.split(command(tracked, EXP, ins, outs))[4]), {}).report_to == ["tensorboard"]
@@ -136,7 +179,13 @@ def test_run_writes_metrics_marker_and_self_contained_checkpoints(short_run):
     final = Path(marker["final_checkpoint"])
     assert final == paths["checkpoint_dir"] / "checkpoint-3" and is_complete(final, 3)
     assert (paths["checkpoint_dir"] / "checkpoint-2").is_dir()
-    for name in ("model.safetensors", "tokenizer.json", "chat_template.jinja", "generation_config.json", "optimizer.pt"):
+    for name in (
+        "model.safetensors",
+        "tokenizer.json",
+        "chat_template.jinja",
+        "generation_config.json",
+        "optimizer.pt",
+    ):
         assert (final / name).is_file(), name
     assert AutoTokenizer.from_pretrained(final).chat_template
     AutoModelForCausalLM.from_pretrained(final)
@@ -166,19 +215,26 @@ def test_resume_refuses_checkpoints_trained_with_other_settings(short_run, tmp_p
     for opt_in in (False, True):
         with pytest.raises(ConfigError) as err:
             prepare_checkpoint_dir({**changed, "resume_across_changes": opt_in}, model)
-        assert str(err.value) == (f"config error: {ckpt} holds checkpoints (up to step 3) trained with other settings: grpo.learning_rate 0.001 -> 0.5; that run "
-                                  f"is finished, so continuing would train nothing and only relabel its weights: set {where}.checkpoint_dir to a fresh dir "
-                                  "to train from the start, or restore those settings")
+        assert str(err.value) == (
+            f"config error: {ckpt} holds checkpoints (up to step 3) trained with other settings: grpo.learning_rate 0.001 -> 0.5; that run "
+            f"is finished, so continuing would train nothing and only relabel its weights: set {where}.checkpoint_dir to a fresh dir "
+            "to train from the start, or restore those settings"
+        )
     with pytest.raises(ConfigError, match="total_steps = 2 but .*checkpoint-3 is already past it"):
         prepare_checkpoint_dir({**spec, "grpo": {**spec["grpo"], "total_steps": 2}}, model)
     # More steps (or another save frequency) continue the same run.
     longer = {**spec, "grpo": {**spec["grpo"], "total_steps": 10, "save_freq": 5}}
     assert prepare_checkpoint_dir(longer, model) == (3, ckpt / "checkpoint-3")
     # Not finished: refused naming the change and the two ways on; opted in, it continues and the record keeps the old settings.
-    with pytest.raises(ConfigError, match=rf"grpo.learning_rate 0.001 -> 0.5: set {where}.checkpoint_dir to a fresh dir to train from the start, "
-                                          rf"or set {where}.resume_across_changes: true to continue from step 3 under the new settings$"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"grpo.learning_rate 0.001 -> 0.5: set {where}.checkpoint_dir to a fresh dir to train from the start, "
+        rf"or set {where}.resume_across_changes: true to continue from step 3 under the new settings$",
+    ):
         prepare_checkpoint_dir({**changed, "grpo": {**changed["grpo"], "total_steps": 10}}, model)
-    assert prepare_checkpoint_dir({**changed, "grpo": {**changed["grpo"], "total_steps": 10}, "resume_across_changes": True}, model) == (3, ckpt / "checkpoint-3")
+    assert prepare_checkpoint_dir(
+        {**changed, "grpo": {**changed["grpo"], "total_steps": 10}, "resume_across_changes": True}, model
+    ) == (3, ckpt / "checkpoint-3")
     history = read_record(ckpt)["history"]
     assert [(h["up_to_step"], h["identity"]["settings"]["grpo"]["learning_rate"]) for h in history] == [(3, 1e-3)]
 
@@ -197,11 +253,16 @@ def test_new_data_or_start_model_under_the_same_paths_is_refused(short_run, tmp_
     assert prepare_checkpoint_dir(spec, str(model)) == (3, tmp_path / "ckpt" / "checkpoint-3")
     with open(data, "ab") as fh:
         fh.write(b"\0")
-    with pytest.raises(ConfigError, match="trained with other settings: the training data's content; that run is finished"):
+    with pytest.raises(
+        ConfigError, match="trained with other settings: the training data's content; that run is finished"
+    ):
         prepare_checkpoint_dir(spec, str(model))
     shutil.copy(json.loads(shlex.split(cmd)[4])["train"], data)
     (model / "generation_config.json").write_text(json.dumps({"do_sample": True}))
-    with pytest.raises(ConfigError, match=r"trained with other settings: the start model \(generation_config.json differ\); that run is finished"):
+    with pytest.raises(
+        ConfigError,
+        match=r"trained with other settings: the start model \(generation_config.json differ\); that run is finished",
+    ):
         prepare_checkpoint_dir(spec, str(model))
 
 
@@ -210,7 +271,9 @@ def test_rerun_after_the_last_step_rewrites_the_outputs_without_training(short_r
     cmd, paths = short_run
     spec = json.loads(shlex.split(cmd)[4])
     shutil.copytree(paths["checkpoint_dir"], tmp_path / "ckpt")
-    spec.update(checkpoint_dir=str(tmp_path / "ckpt"), marker=str(tmp_path / "marker.json"), metrics=str(tmp_path / "m.jsonl"))
+    spec.update(
+        checkpoint_dir=str(tmp_path / "ckpt"), marker=str(tmp_path / "marker.json"), metrics=str(tmp_path / "m.jsonl")
+    )
     proc = launch(f"python -m grpoflow.train.trl_grpo --spec {shlex.quote(json.dumps(spec))}", tmp_path / "log")
     assert proc.wait(timeout=120) == 0, (tmp_path / "log").read_text()[-3000:]
     assert "nothing left to train" in (tmp_path / "log").read_text()
@@ -220,7 +283,9 @@ def test_rerun_after_the_last_step_rewrites_the_outputs_without_training(short_r
 
 
 @pytest.mark.slow
-def test_sigterm_and_sigkill_then_reruns_resume_to_the_same_final_step(default_config, tmp_path, arith_parquet, tiny_sft_json):
+def test_sigterm_and_sigkill_then_reruns_resume_to_the_same_final_step(
+    default_config, tmp_path, arith_parquet, tiny_sft_json
+):
     total = 24
     cmd, paths = spec_command(default_config, tmp_path, arith_parquet, tiny_sft_json, total_steps=total, save_freq=4)
     ckpt, marker, metrics = paths["checkpoint_dir"], Path(paths["marker"]), Path(paths["metrics"])
@@ -233,7 +298,10 @@ def test_sigterm_and_sigkill_then_reruns_resume_to_the_same_final_step(default_c
     stopped, _ = latest_complete(ckpt)
     assert 4 <= stopped < total
     last_line = (tmp_path / "log1").read_text().strip().splitlines()[-1]
-    assert last_line.startswith("grpoflow: error: ") and f"stopped at step {stopped} of grpo.total_steps = {total}" in last_line
+    assert (
+        last_line.startswith("grpoflow: error: ")
+        and f"stopped at step {stopped} of grpo.total_steps = {total}" in last_line
+    )
     assert not marker.exists() and not metrics.exists()
     assert [r["step"] for r in read_jsonl(ckpt / LIVE_METRICS)] == list(range(1, stopped + 1))
 
@@ -255,12 +323,15 @@ def test_sigterm_and_sigkill_then_reruns_resume_to_the_same_final_step(default_c
 
 @pytest.mark.slow
 def test_lora_checkpoints_hold_the_peft_adapter(default_config, tmp_path, arith_parquet, tiny_sft_json):
-    cmd, paths = spec_command(default_config, tmp_path, arith_parquet, tiny_sft_json, total_steps=2, save_freq=2,
-                              lora={"rank": 4, "alpha": 8})
+    cmd, paths = spec_command(
+        default_config, tmp_path, arith_parquet, tiny_sft_json, total_steps=2, save_freq=2, lora={"rank": 4, "alpha": 8}
+    )
     proc = launch(cmd, tmp_path / "log")
     assert proc.wait(timeout=300) == 0, (tmp_path / "log").read_text()[-3000:]
     marker = json.loads(Path(paths["marker"]).read_text())
     final = Path(marker["final_checkpoint"])
     assert marker["checkpoint_format"] == "peft_adapter"
-    assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "chat_template.jinja"} <= set(os.listdir(final))
+    assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "chat_template.jinja"} <= set(
+        os.listdir(final)
+    )
     assert json.loads((final / "adapter_config.json").read_text())["r"] == 4

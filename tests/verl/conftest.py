@@ -10,7 +10,6 @@ from verlkit import merge_kit
 
 import grpoflow.verl.checks  # noqa: F401  (registers the verl config check, as grpoflow.config does)
 
-
 # local_slurm: tests/conftest.py (two slurmd nodes; fails instead of skipping under CI=true).
 
 
@@ -27,7 +26,9 @@ def genuine_checkpoint(tmp_path_factory, tiny_model):
 
     def make(step: int) -> Path:
         if step not in made:
-            made[step] = kit.write_checkpoint(tiny_model, tmp_path_factory.mktemp(f"ckpt{step}") / "checkpoints", step, lora=False)
+            made[step] = kit.write_checkpoint(
+                tiny_model, tmp_path_factory.mktemp(f"ckpt{step}") / "checkpoints", step, lora=False
+            )
         return made[step]
 
     return make

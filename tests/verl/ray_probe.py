@@ -36,7 +36,10 @@ def main():
     args, _verl_overrides = p.parse_known_args()
     ray.init(logging_level="ERROR")  # attaches to RAY_ADDRESS; fails if there is no cluster
     alive = [n for n in ray.nodes() if n["Alive"]]
-    tasks = [where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote() for n in alive]
+    tasks = [
+        where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
+        for n in alive
+    ]
     report = {
         "ray_address": os.environ.get("RAY_ADDRESS"),
         "driver_slurm_node": os.environ.get("SLURMD_NODENAME"),

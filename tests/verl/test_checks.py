@@ -12,9 +12,8 @@ import warnings
 import pytest
 from verlkit import load
 
-from grpoflow.config import deep_merge, resolve_config
+from grpoflow.config import deep_merge, resolve_config, saved_steps
 from grpoflow.errors import ConfigError
-from grpoflow.config import saved_steps
 from grpoflow.verl.checks import check_verl_experiment
 
 BASE = "config/qwen3-32b-gsm8k.yaml"
@@ -24,24 +23,46 @@ def resolve(override: dict):
     return resolve_config(deep_merge(load(BASE), {"defaults": override}))
 
 
-@pytest.mark.parametrize("override, message", [
-    ({"resources": {"gpus_per_node": 0}}, r"resources.gpus_per_node = 0: the verl backend trains on GPUs"),
-    ({"grpo": {"num_generations": 1}}, r"grpo.num_generations = 1: GRPO .* at least 2"),
-    ({"grpo": {"prompts_per_step": 100, "num_generations": 3}, "verl": {"ppo_mini_batch_size": 50}},
-     r"100 × 3 = 300 is not divisible by the 8 GPUs"),
-    ({"verl": {"ppo_mini_batch_size": 256}}, r"verl.ppo_mini_batch_size = 256 exceeds grpo.prompts_per_step = 128"),
-    ({"verl": {"ppo_mini_batch_size": 48}}, r"prompts_per_step = 128 is not a multiple of verl.ppo_mini_batch_size = 48"),
-    ({"grpo": {"prompts_per_step": 4, "num_generations": 2}, "verl": {"ppo_mini_batch_size": 2}},
-     r"2 × 2 = 4 completions do not split over 8 GPUs"),
-    ({"verl": {"ppo_micro_batch_size_per_gpu": 48}}, r"ppo_micro_batch_size_per_gpu = 48 does not divide the 64 completions"),
-    ({"verl": {"log_prob_micro_batch_size_per_gpu": 48}}, r"log_prob_micro_batch_size_per_gpu = 48 does not divide the 128 completions"),
-    ({"verl": {"rollout": {"tensor_model_parallel_size": 3}}}, r"tensor_model_parallel_size = 3 must divide resources.gpus_per_node = 8"),
-    ({"grpo": {"lora": {"rank": 1024}}}, r"grpo.lora.rank = 1024: vLLM serves LoRA ranks up to 512"),
-    ({"data": {"val_split": None}}, r"data.val_split is null but verl.test_freq"),
-    ({"merge_step": 40}, r"merge_step = 40: that checkpoint will not exist .*kept steps: 100, 125, 150"),
-    ({"resources": {"nodes": 2}, "verl": {"extra_overrides": ["ray_kwargs.ray_init.num_cpus=64"]}}, r"Ray refuses num_cpus when attaching"),
-    ({"verl": {"env": {"BAD-NAME": "1"}}}, r"'BAD-NAME' is not a valid environment variable name"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ({"resources": {"gpus_per_node": 0}}, r"resources.gpus_per_node = 0: the verl backend trains on GPUs"),
+        ({"grpo": {"num_generations": 1}}, r"grpo.num_generations = 1: GRPO .* at least 2"),
+        (
+            {"grpo": {"prompts_per_step": 100, "num_generations": 3}, "verl": {"ppo_mini_batch_size": 50}},
+            r"100 × 3 = 300 is not divisible by the 8 GPUs",
+        ),
+        ({"verl": {"ppo_mini_batch_size": 256}}, r"verl.ppo_mini_batch_size = 256 exceeds grpo.prompts_per_step = 128"),
+        (
+            {"verl": {"ppo_mini_batch_size": 48}},
+            r"prompts_per_step = 128 is not a multiple of verl.ppo_mini_batch_size = 48",
+        ),
+        (
+            {"grpo": {"prompts_per_step": 4, "num_generations": 2}, "verl": {"ppo_mini_batch_size": 2}},
+            r"2 × 2 = 4 completions do not split over 8 GPUs",
+        ),
+        (
+            {"verl": {"ppo_micro_batch_size_per_gpu": 48}},
+            r"ppo_micro_batch_size_per_gpu = 48 does not divide the 64 completions",
+        ),
+        (
+            {"verl": {"log_prob_micro_batch_size_per_gpu": 48}},
+            r"log_prob_micro_batch_size_per_gpu = 48 does not divide the 128 completions",
+        ),
+        (
+            {"verl": {"rollout": {"tensor_model_parallel_size": 3}}},
+            r"tensor_model_parallel_size = 3 must divide resources.gpus_per_node = 8",
+        ),
+        ({"grpo": {"lora": {"rank": 1024}}}, r"grpo.lora.rank = 1024: vLLM serves LoRA ranks up to 512"),
+        ({"data": {"val_split": None}}, r"data.val_split is null but verl.test_freq"),
+        ({"merge_step": 40}, r"merge_step = 40: that checkpoint will not exist .*kept steps: 100, 125, 150"),
+        (
+            {"resources": {"nodes": 2}, "verl": {"extra_overrides": ["ray_kwargs.ray_init.num_cpus=64"]}},
+            r"Ray refuses num_cpus when attaching",
+        ),
+        ({"verl": {"env": {"BAD-NAME": "1"}}}, r"'BAD-NAME' is not a valid environment variable name"),
+    ],
+)
 def test_bad_settings_fail_at_config_load_in_one_line(override, message):
     with pytest.raises(ConfigError, match=message) as err:
         resolve(override)
@@ -79,8 +100,8 @@ def test_what_the_cheap_checks_accept_verl_accepts():
     from verl.trainer.ppo.utils import need_reference_policy
     from verl.utils.config import validate_config
 
-    from grpoflow.verl.validate import compose, training_inputs
     from grpoflow.verl import command as vc
+    from grpoflow.verl.validate import compose, training_inputs
 
     cfg = resolve({})
     name = "qwen3-32b-gsm8k"
@@ -90,9 +111,19 @@ def test_what_the_cheap_checks_accept_verl_accepts():
     grid = itertools.product([1, 2], [2, 4, 8], [8, 24, 32], [2, 3], [8, 16], [1, 2, 4])
     for nodes, gpn, prompts, G, mini, micro in grid:
         exp = cfg.experiment(name)
-        trial = deep_merge(exp, {"resources": {"nodes": nodes, "gpus_per_node": gpn}, "grpo": {"prompts_per_step": prompts, "num_generations": G},
-                                 "verl": {"ppo_mini_batch_size": mini, "ppo_micro_batch_size_per_gpu": micro, "log_prob_micro_batch_size_per_gpu": micro,
-                                          "rollout": {"tensor_model_parallel_size": 2}}})
+        trial = deep_merge(
+            exp,
+            {
+                "resources": {"nodes": nodes, "gpus_per_node": gpn},
+                "grpo": {"prompts_per_step": prompts, "num_generations": G},
+                "verl": {
+                    "ppo_mini_batch_size": mini,
+                    "ppo_micro_batch_size_per_gpu": micro,
+                    "log_prob_micro_batch_size_per_gpu": micro,
+                    "rollout": {"tensor_model_parallel_size": 2},
+                },
+            },
+        )
         try:
             check_verl_experiment(name, trial)
         except ConfigError:

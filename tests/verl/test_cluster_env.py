@@ -9,7 +9,11 @@ from verlkit import REPO
 
 
 def lock_pins() -> dict[str, str]:
-    lines = [ln.strip() for ln in (REPO / "requirements/cluster.lock").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    lines = [
+        ln.strip()
+        for ln in (REPO / "requirements/cluster.lock").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     pins = dict(ln.split("==", 1) for ln in lines)
     assert len(pins) == len(lines)
     return {re.sub(r"[-_.]+", "-", k).lower(): v for k, v in pins.items()}
@@ -26,4 +30,6 @@ def test_lock_pins_every_requirement_and_the_verl_stack():
     assert pins["verl"] == "0.9.1" and pins["vllm"] == "0.24.0" and pins["torch"] == "2.11.0"
     assert pins["antlr4-python3-runtime"].startswith("4.9."), "hydra-core 1.3 (verl's config) pins antlr 4.9"
     assert "transferqueue" in pins, "verl 0.9.1's default v1 trainer imports transfer_queue"
-    assert "snakemake-executor-plugin-slurm" not in pins, "the submitting environment's plugin conflicts with vLLM's numpy"
+    assert "snakemake-executor-plugin-slurm" not in pins, (
+        "the submitting environment's plugin conflicts with vLLM's numpy"
+    )

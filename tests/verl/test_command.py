@@ -40,25 +40,40 @@ def test_every_shipped_config_composes(path):
         cmd = vc.command(cfg, name, training_inputs(cfg, name), OUTPUTS)
         assert "python -m verl.trainer.main_ppo" in cmd and "python -m grpoflow.verl.train" in cmd
         words = shlex.split(cmd.replace("\\\n", " "))
-        assert words[words.index("--") + 1: words.index("--") + 4] == ["python", "-m", "verl.trainer.main_ppo"]
+        assert words[words.index("--") + 1 : words.index("--") + 4] == ["python", "-m", "verl.trainer.main_ppo"]
 
 
 def test_32b_gsm8k_recipe_values():
     o = composed(resolved("config/qwen3-32b-gsm8k.yaml"), "qwen3-32b-gsm8k")
     recipe = {
-        "data.train_batch_size": "128", "data.max_prompt_length": "256", "data.max_response_length": "1024",
-        "actor_rollout_ref.actor.ppo_mini_batch_size": "64", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "4",
+        "data.train_batch_size": "128",
+        "data.max_prompt_length": "256",
+        "data.max_response_length": "1024",
+        "actor_rollout_ref.actor.ppo_mini_batch_size": "64",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "4",
         # Not the recipe's bf16: fp32 master weights and the CPU offload policy (the config's header says why).
-        "actor_rollout_ref.actor.fsdp_config.model_dtype": "fp32", "actor_rollout_ref.actor.fsdp_config.offload_policy": "true",
-        "actor_rollout_ref.ref.fsdp_config.model_dtype": "bf16", "actor_rollout_ref.rollout.name": "vllm",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size": "4", "actor_rollout_ref.rollout.gpu_memory_utilization": "0.8",
-        "trainer.n_gpus_per_node": "8", "trainer.nnodes": "1", "trainer.val_before_train": "false",
-        "trainer.resume_mode": "auto", "trainer.total_training_steps": "150", "trainer.save_freq": "25",
-        "trainer.max_actor_ckpt_to_keep": "3", "trainer.experiment_name": "qwen3-32b-gsm8k",
+        "actor_rollout_ref.actor.fsdp_config.model_dtype": "fp32",
+        "actor_rollout_ref.actor.fsdp_config.offload_policy": "true",
+        "actor_rollout_ref.ref.fsdp_config.model_dtype": "bf16",
+        "actor_rollout_ref.rollout.name": "vllm",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": "4",
+        "actor_rollout_ref.rollout.gpu_memory_utilization": "0.8",
+        "trainer.n_gpus_per_node": "8",
+        "trainer.nnodes": "1",
+        "trainer.val_before_train": "false",
+        "trainer.resume_mode": "auto",
+        "trainer.total_training_steps": "150",
+        "trainer.save_freq": "25",
+        "trainer.max_actor_ckpt_to_keep": "3",
+        "trainer.experiment_name": "qwen3-32b-gsm8k",
         "trainer.default_local_dir": "$PWD/results/qwen3-32b-gsm8k/checkpoints",
-        "data.train_files": "$PWD/results/data/gsm8k/train.parquet", "data.val_files": "$PWD/results/data/gsm8k/val.parquet",
-        "actor_rollout_ref.rollout.n": "8", "actor_rollout_ref.actor.use_kl_loss": "true", "actor_rollout_ref.actor.kl_loss_coef": "0.001",
-        "reward.custom_reward_function.name": "compute_score", "trainer.logger": "[console,file]",
+        "data.train_files": "$PWD/results/data/gsm8k/train.parquet",
+        "data.val_files": "$PWD/results/data/gsm8k/val.parquet",
+        "actor_rollout_ref.rollout.n": "8",
+        "actor_rollout_ref.actor.use_kl_loss": "true",
+        "actor_rollout_ref.actor.kl_loss_coef": "0.001",
+        "reward.custom_reward_function.name": "compute_score",
+        "trainer.logger": "[console,file]",
     }
     assert {k: o.get(k) for k in recipe} == recipe
     assert o["actor_rollout_ref.model.path"] == "$(python -m grpoflow.discovery path results/qwen3-32b-gsm8k/sft.json)"
@@ -66,7 +81,10 @@ def test_32b_gsm8k_recipe_values():
 
 
 def test_report_to_adds_trackers_to_verl_logger():
-    cfg = resolved("config/qwen3-32b-gsm8k.yaml", {"experiments": {"qwen3-32b-gsm8k": {"grpo": {"report_to": ["wandb", "tensorboard"]}}}})
+    cfg = resolved(
+        "config/qwen3-32b-gsm8k.yaml",
+        {"experiments": {"qwen3-32b-gsm8k": {"grpo": {"report_to": ["wandb", "tensorboard"]}}}},
+    )
     assert composed(cfg, "qwen3-32b-gsm8k")["trainer.logger"] == "[console,file,wandb,tensorboard]"
 
 
@@ -77,7 +95,10 @@ def test_fastmath_rewards_reach_verl():
     assert o["reward.custom_reward_function.reward_kwargs.funcs"].replace("'", "") == "[format2,cosine,length]"
     assert o["reward.custom_reward_function.reward_kwargs.normalize"] == "per_prompt"
     assert o["reward.custom_reward_function.reward_kwargs.params.cosine.max_len"] == "30000"
-    assert o["reward.custom_reward_function.path"] in ("pkg://grpoflow.rewards.verl", "$PWD/src/grpoflow/rewards/verl.py")
+    assert o["reward.custom_reward_function.path"] in (
+        "pkg://grpoflow.rewards.verl",
+        "$PWD/src/grpoflow/rewards/verl.py",
+    )
     assert str(REPO) not in o["reward.custom_reward_function.path"], "no checkout path baked into the command"
     assert o["actor_rollout_ref.actor.use_kl_loss"] == "false" and "actor_rollout_ref.actor.kl_loss_coef" not in o
     cmd = vc.command(cfg, "qwen3-32b-fastmath-rewards", training_inputs(cfg, "qwen3-32b-fastmath-rewards"), OUTPUTS)
@@ -85,16 +106,44 @@ def test_fastmath_rewards_reach_verl():
 
 
 def test_shared_grpo_section_maps_onto_verl_keys():
-    cfg = resolved("config/qwen3-8b-gsm8k.yaml", {"defaults": {"grpo": {
-        "clip_ratio_high": 0.28, "lora": {"rank": 16, "alpha": 32, "target_modules": ["q_proj", "v_proj"]}},
-        "resources": {"nodes": 2}, "checkpoint_dir": "/shared/ckpt/run1"}})
+    cfg = resolved(
+        "config/qwen3-8b-gsm8k.yaml",
+        {
+            "defaults": {
+                "grpo": {
+                    "clip_ratio_high": 0.28,
+                    "lora": {"rank": 16, "alpha": 32, "target_modules": ["q_proj", "v_proj"]},
+                },
+                "resources": {"nodes": 2},
+                "checkpoint_dir": "/shared/ckpt/run1",
+            }
+        },
+    )
     o = composed(cfg, "qwen3-8b-gsm8k")
-    assert o["actor_rollout_ref.actor.clip_ratio_low"] == "0.2" and o["actor_rollout_ref.actor.clip_ratio_high"] == "0.28"
-    assert o["actor_rollout_ref.actor.kl_loss_coef"] == "0.08" and o["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] == "8"
-    assert o["actor_rollout_ref.actor.optim.lr"] == "3e-06" and o["actor_rollout_ref.actor.optim.lr_warmup_steps_ratio"] == "0.1"
-    assert o["actor_rollout_ref.actor.optim.lr_scheduler_type"] == "cosine" and o["actor_rollout_ref.actor.optim.clip_grad"] == "0.1"
-    assert o["actor_rollout_ref.rollout.n"] == "2" and o["actor_rollout_ref.rollout.top_k"] == "50" and o["actor_rollout_ref.rollout.temperature"] == "0.9"
-    assert o["actor_rollout_ref.model.lora_rank"] == "16" and o["actor_rollout_ref.model.target_modules"] == "[q_proj,v_proj]"
+    assert (
+        o["actor_rollout_ref.actor.clip_ratio_low"] == "0.2" and o["actor_rollout_ref.actor.clip_ratio_high"] == "0.28"
+    )
+    assert (
+        o["actor_rollout_ref.actor.kl_loss_coef"] == "0.08"
+        and o["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] == "8"
+    )
+    assert (
+        o["actor_rollout_ref.actor.optim.lr"] == "3e-06"
+        and o["actor_rollout_ref.actor.optim.lr_warmup_steps_ratio"] == "0.1"
+    )
+    assert (
+        o["actor_rollout_ref.actor.optim.lr_scheduler_type"] == "cosine"
+        and o["actor_rollout_ref.actor.optim.clip_grad"] == "0.1"
+    )
+    assert (
+        o["actor_rollout_ref.rollout.n"] == "2"
+        and o["actor_rollout_ref.rollout.top_k"] == "50"
+        and o["actor_rollout_ref.rollout.temperature"] == "0.9"
+    )
+    assert (
+        o["actor_rollout_ref.model.lora_rank"] == "16"
+        and o["actor_rollout_ref.model.target_modules"] == "[q_proj,v_proj]"
+    )
     assert o["trainer.nnodes"] == "2" and o["trainer.n_gpus_per_node"] == "4"
     assert o["trainer.default_local_dir"] == "/shared/ckpt/run1", "absolute checkpoint dirs stay as given"
     assert o["data.seed"] == o["actor_rollout_ref.rollout.seed"] == "1"
@@ -105,26 +154,48 @@ def test_shared_grpo_section_maps_onto_verl_keys():
 def test_no_validation_split_means_no_validation():
     cfg = resolved("config/qwen3-8b-gsm8k.yaml", {"defaults": {"data": {"val_split": None}, "verl": {"test_freq": -1}}})
     o = composed(cfg, "qwen3-8b-gsm8k")
-    assert o["data.val_files"] == o["data.train_files"] and o["trainer.test_freq"] == "-1" and o["trainer.val_before_train"] == "false"
+    assert (
+        o["data.val_files"] == o["data.train_files"]
+        and o["trainer.test_freq"] == "-1"
+        and o["trainer.val_before_train"] == "false"
+    )
 
 
 def test_extra_overrides_come_last_and_replace():
-    cfg = resolved("config/qwen3-8b-gsm8k.yaml", {"defaults": {"verl": {"extra_overrides": [
-        "data.truncation=left", "actor_rollout_ref.rollout.max_num_seqs=512", "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"]}}})
+    cfg = resolved(
+        "config/qwen3-8b-gsm8k.yaml",
+        {
+            "defaults": {
+                "verl": {
+                    "extra_overrides": [
+                        "data.truncation=left",
+                        "actor_rollout_ref.rollout.max_num_seqs=512",
+                        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+                    ]
+                }
+            }
+        },
+    )
     items = ov.build(cfg.experiment("qwen3-8b-gsm8k"), "qwen3-8b-gsm8k", training_inputs(cfg, "qwen3-8b-gsm8k"), "ckpt")
-    assert [o.hydra for o in items[-3:]] == ["data.truncation=left", "actor_rollout_ref.rollout.max_num_seqs=512",
-                                              "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"]
+    assert [o.hydra for o in items[-3:]] == [
+        "data.truncation=left",
+        "actor_rollout_ref.rollout.max_num_seqs=512",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    ]
     assert sum(o.key == "data.truncation" for o in items) == 1
 
 
-@pytest.mark.parametrize("extra, message", [
-    ("trainer.total_training_steps=10", "derives from grpo.total_steps: set grpo.total_steps instead"),
-    ("data.train_batch_size=64", "derives from grpo.prompts_per_step"),
-    ("+trainer.nnodes=4", "derives from resources.nodes"),
-    ("custom_reward_function.path=/x/r.py", "silently ignores: use reward.custom_reward_function.path"),
-    ("reward_model.reward_manager=dapo", "silently ignores: use reward.reward_manager.name"),
-    ("not an override", "is not a Hydra override"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ("trainer.total_training_steps=10", "derives from grpo.total_steps: set grpo.total_steps instead"),
+        ("data.train_batch_size=64", "derives from grpo.prompts_per_step"),
+        ("+trainer.nnodes=4", "derives from resources.nodes"),
+        ("custom_reward_function.path=/x/r.py", "silently ignores: use reward.custom_reward_function.path"),
+        ("reward_model.reward_manager=dapo", "silently ignores: use reward.reward_manager.name"),
+        ("not an override", "is not a Hydra override"),
+    ],
+)
 def test_extra_overrides_that_would_fight_or_be_ignored_fail_at_config_load(extra, message):
     raw = deep_merge(load("config/qwen3-8b-gsm8k.yaml"), {"defaults": {"verl": {"extra_overrides": [extra]}}})
     with pytest.raises(ConfigError, match=message) as err:
@@ -136,8 +207,16 @@ def test_command_only_changes_with_training_settings():
     base = resolved("config/qwen3-32b-gsm8k.yaml")
     inputs = training_inputs(base, "qwen3-32b-gsm8k")
     ref = vc.command(base, "qwen3-32b-gsm8k", inputs, OUTPUTS)
-    same = resolved("config/qwen3-32b-gsm8k.yaml", {"defaults": {"merge_step": 150, "upload": {"repo_id": "me/x"},
-                                                                  "resources": {"runtime": 60, "cpus_per_task": 16}}})
+    same = resolved(
+        "config/qwen3-32b-gsm8k.yaml",
+        {
+            "defaults": {
+                "merge_step": 150,
+                "upload": {"repo_id": "me/x"},
+                "resources": {"runtime": 60, "cpus_per_task": 16},
+            }
+        },
+    )
     assert vc.command(same, "qwen3-32b-gsm8k", inputs, OUTPUTS) == ref, "merge/upload/wall time do not retrain"
     other = resolved("config/qwen3-32b-gsm8k.yaml", {"defaults": {"grpo": {"learning_rate": 2e-6}}})
     assert vc.command(other, "qwen3-32b-gsm8k", inputs, OUTPUTS) != ref
@@ -159,8 +238,14 @@ def test_the_shell_passes_verl_exactly_the_validated_overrides(tmp_path):
     (tmp_path / inputs["sft"]).write_text(json.dumps({"path": str(model)}))
     cmd = vc.command(cfg, name, inputs, OUTPUTS)
     verl_part = cmd.split(" -- \\\n", 1)[1].replace("python -m verl.trainer.main_ppo", "printf '%s\\0'", 1)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO / "src")}
-    out = subprocess.run(["bash", "-c", verl_part], cwd=tmp_path, capture_output=True, text=True, env=env, check=True).stdout
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(REPO / "src"),
+    }
+    out = subprocess.run(
+        ["bash", "-c", verl_part], cwd=tmp_path, capture_output=True, text=True, env=env, check=True
+    ).stdout
     words = out.split("\0")[:-1]
     expected = vc.trainer_argv(cfg, name, inputs, str(model), str(tmp_path))[3:]
     got = {k: v for k, v in parse_overrides(words).items()}
@@ -174,20 +259,54 @@ def test_dry_run_prints_the_verl_command_and_sbatch_resources(tmp_path):
     from grpoflow_testing import make_workdir, snakemake
 
     wd, repo = make_workdir(tmp_path), REPO
-    out = snakemake(["results/qwen3-32b-gsm8k/training_complete.json", "-n", "-p", "--profile", str(repo / "profiles/slurm"),
-                     "--configfile", "config/qwen3-32b-gsm8k.yaml"], wd).stdout
+    out = snakemake(
+        [
+            "results/qwen3-32b-gsm8k/training_complete.json",
+            "-n",
+            "-p",
+            "--profile",
+            str(repo / "profiles/slurm"),
+            "--configfile",
+            "config/qwen3-32b-gsm8k.yaml",
+        ],
+        wd,
+    ).stdout
     # train_grpo's message (the GPU-memory estimate, then the sbatch shape) replaces Snakemake's listing.
-    block = out[out.index("train qwen3-32b-gsm8k with verl. GPU memory per GPU"):]
+    block = out[out.index("train qwen3-32b-gsm8k with verl. GPU memory per GPU") :]
     assert "margin +13.9 GiB, fits" in block and "loses up to 25 steps" in block
-    assert "nodes=1, gpu=8" in block and "cpus_per_task=160" in block and "mem_mb=900000" in block and "runtime=2880" in block
+    assert (
+        "nodes=1, gpu=8" in block
+        and "cpus_per_task=160" in block
+        and "mem_mb=900000" in block
+        and "runtime=2880" in block
+    )
     # No cluster_env: Snakemake's own interpreter, by absolute path (grpoflow.deployment).
-    assert re.search(r" /\S+/python[\d.]* -m verl\.trainer\.main_ppo", block) and "actor_rollout_ref.rollout.tensor_model_parallel_size=4" in block
+    assert (
+        re.search(r" /\S+/python[\d.]* -m verl\.trainer\.main_ppo", block)
+        and "actor_rollout_ref.rollout.tensor_model_parallel_size=4" in block
+    )
     two = tmp_path / "two-nodes.yaml"
-    two.write_text(json.dumps(deep_merge(load("config/qwen3-8b-gsm8k.yaml"), {"defaults": {"resources": {"nodes": 2}}})))
-    out = snakemake(["results/qwen3-8b-gsm8k/training_complete.json", "-n", "-p", "--profile", str(repo / "profiles/slurm"),
-                     "--configfile", str(two)], wd).stdout
-    block = out[out.index("train qwen3-8b-gsm8k with verl"):]
-    assert "nodes=2, gres=gpu:4, mpi=srun, tasks_per_node=2" in block and "cpus_per_task=16" in block and " gpu=" not in block
+    two.write_text(
+        json.dumps(deep_merge(load("config/qwen3-8b-gsm8k.yaml"), {"defaults": {"resources": {"nodes": 2}}}))
+    )
+    out = snakemake(
+        [
+            "results/qwen3-8b-gsm8k/training_complete.json",
+            "-n",
+            "-p",
+            "--profile",
+            str(repo / "profiles/slurm"),
+            "--configfile",
+            str(two),
+        ],
+        wd,
+    ).stdout
+    block = out[out.index("train qwen3-8b-gsm8k with verl") :]
+    assert (
+        "nodes=2, gres=gpu:4, mpi=srun, tasks_per_node=2" in block
+        and "cpus_per_task=16" in block
+        and " gpu=" not in block
+    )
     assert "trainer.nnodes=2" in block
 
 

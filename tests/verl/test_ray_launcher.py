@@ -7,8 +7,8 @@ Each job strips SLURM_* from its environment except SLURM_JOB_ID, as the Snakema
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 import time
@@ -27,7 +27,7 @@ BIN = Path(sys.executable).parent
 def job_script(command: str, port: int, extra_env: str = "") -> str:
     return f"""#!/bin/bash
 for v in $(compgen -e | grep -E '^(SLURM_|SRUN_|SBATCH_)' | grep -vx SLURM_JOB_ID); do unset "$v"; done
-export PATH={BIN}:$PATH PYTHONPATH={REPO / 'src'} GRPOFLOW_PYTHON={sys.executable}
+export PATH={BIN}:$PATH PYTHONPATH={REPO / "src"} GRPOFLOW_PYTHON={sys.executable}
 export GRPOFLOW_RAY_PORT={port} GRPOFLOW_RAY_HEAD_ARGS="--include-dashboard=false --ray-client-server-port={port + 1}"
 export GRPOFLOW_PROBE_VAR="exported-$SLURM_JOB_ID" GRPOFLOW_STOP_GRACE_S=20
 {extra_env}
@@ -92,7 +92,9 @@ def test_stop_signal_stops_trainer_and_ray(local_slurm, tmp_path):
     job = launch(tmp_path, f"python {PROBE} --out {tmp_path / 'probe.json'} --sleep 300", 36520)
     deadline = time.monotonic() + 180
     while not (tmp_path / "probe.json").exists():
-        assert time.monotonic() < deadline and job_state(job)["JobState"] in ("PENDING", "RUNNING"), output(tmp_path)[-3000:]
+        assert time.monotonic() < deadline and job_state(job)["JobState"] in ("PENDING", "RUNNING"), output(tmp_path)[
+            -3000:
+        ]
         time.sleep(1)
     trainer_pid = json.loads((tmp_path / "probe.json").read_text())["pid"]
     signalled = time.monotonic()
@@ -109,8 +111,12 @@ def test_stop_signal_stops_trainer_and_ray(local_slurm, tmp_path):
 
 def test_a_worker_that_cannot_start_fails_fast(local_slurm, tmp_path):
     # --include-dashboard is a head-only flag: the worker's `ray start` refuses it and exits.
-    job = launch(tmp_path, f"python {PROBE} --out {tmp_path / 'probe.json'}", 36530,
-                 extra_env='export GRPOFLOW_RAY_START_ARGS="--include-dashboard=false"; unset GRPOFLOW_RAY_HEAD_ARGS')
+    job = launch(
+        tmp_path,
+        f"python {PROBE} --out {tmp_path / 'probe.json'}",
+        36530,
+        extra_env='export GRPOFLOW_RAY_START_ARGS="--include-dashboard=false"; unset GRPOFLOW_RAY_HEAD_ARGS',
+    )
     started = time.monotonic()
     state = wait_job(job, timeout=180)
     log = output(tmp_path)
@@ -136,11 +142,15 @@ def test_wrapper_runs_multi_node_through_the_launcher(local_slurm, tmp_path, tin
 
     train = tmp_path / "train.parquet"
     pq.write_table(pa.table({"prompt": [[{"role": "user", "content": str(i)}] for i in range(8)]}), train)
-    overrides = (f"trainer.total_training_steps=2 trainer.default_local_dir={tmp_path}/ckpt trainer.n_gpus_per_node=8 trainer.nnodes=2 "
-                 f"trainer.experiment_name=e data.train_files={train} data.train_batch_size=4 actor_rollout_ref.model.path={tiny_model} "
-                 "data.max_prompt_length=16 data.max_response_length=16")
-    wrapper = (f"python -m grpoflow.verl.train --marker {tmp_path}/out/marker.json --metrics {tmp_path}/out/metrics.jsonl -- "
-               f"python {PROBE} --out {tmp_path / 'probe.json'} {overrides}")
+    overrides = (
+        f"trainer.total_training_steps=2 trainer.default_local_dir={tmp_path}/ckpt trainer.n_gpus_per_node=8 trainer.nnodes=2 "
+        f"trainer.experiment_name=e data.train_files={train} data.train_batch_size=4 actor_rollout_ref.model.path={tiny_model} "
+        "data.max_prompt_length=16 data.max_response_length=16"
+    )
+    wrapper = (
+        f"python -m grpoflow.verl.train --marker {tmp_path}/out/marker.json --metrics {tmp_path}/out/metrics.jsonl -- "
+        f"python {PROBE} --out {tmp_path / 'probe.json'} {overrides}"
+    )
     job = submit(job_script(wrapper, 36550), SBATCH, tmp_path)
     state = wait_job(job)
     log = output(tmp_path)
@@ -164,23 +174,47 @@ def test_snakemake_submits_train_grpo_through_the_plugin(local_slurm, tmp_path, 
 
     wd = make_workdir(tmp_path)
     config = {
-        "datasets": {"gsm8k_sample": {"source": "local", "format": "gsm8k", "validation": {"size": 32, "seed": 1},
-                                      "local": {"train": "data/gsm8k_sample/train.jsonl", "test": "data/gsm8k_sample/test.jsonl"}}},
+        "datasets": {
+            "gsm8k_sample": {
+                "source": "local",
+                "format": "gsm8k",
+                "validation": {"size": 32, "seed": 1},
+                "local": {"train": "data/gsm8k_sample/train.jsonl", "test": "data/gsm8k_sample/test.jsonl"},
+            }
+        },
         "defaults": {
-            "backend": "verl", "data": {"dataset": "gsm8k_sample"}, "sft": {"model": tiny_model},
-            "grpo": {"total_steps": 2, "prompts_per_step": 16, "num_generations": 2, "max_prompt_length": 100, "max_response_length": 16, "save_freq": 1},
-            "verl": {"ppo_mini_batch_size": 16, "ppo_micro_batch_size_per_gpu": 1, "log_prob_micro_batch_size_per_gpu": 2,
-                     "rollout": {"tensor_model_parallel_size": 2},
-                     # This environment has no vLLM/flash-attn: skip the wrapper's environment check so verl itself
-                     # starts (Hydra, validate_config, Ray on both nodes) and stops at its own import.
-                     "env": {"GRPOFLOW_RAY_PORT": 36560, "GRPOFLOW_SKIP_ENV_CHECK": 1}},
+            "backend": "verl",
+            "data": {"dataset": "gsm8k_sample"},
+            "sft": {"model": tiny_model},
+            "grpo": {
+                "total_steps": 2,
+                "prompts_per_step": 16,
+                "num_generations": 2,
+                "max_prompt_length": 100,
+                "max_response_length": 16,
+                "save_freq": 1,
+            },
+            "verl": {
+                "ppo_mini_batch_size": 16,
+                "ppo_micro_batch_size_per_gpu": 1,
+                "log_prob_micro_batch_size_per_gpu": 2,
+                "rollout": {"tensor_model_parallel_size": 2},
+                # This environment has no vLLM/flash-attn: skip the wrapper's environment check so verl itself
+                # starts (Hydra, validate_config, Ray on both nodes) and stops at its own import.
+                "env": {"GRPOFLOW_RAY_PORT": 36560, "GRPOFLOW_SKIP_ENV_CHECK": 1},
+            },
             "resources": {"nodes": nodes, "gpus_per_node": 8, "cpus_per_task": 4, "mem_mb": 8000, "runtime": 10},
         },
         "experiments": {"twonode": {}},
         "evaluation": {"benchmarks": {"t": {"dataset": "gsm8k_sample", "split": "test"}}},
     }
     (wd / "twonode.yaml").write_text(yaml.safe_dump(config))
-    proc = snakemake_slurm(["results/twonode/training_complete.json", "--latency-wait", "5", "--configfile", "twonode.yaml"], wd, timeout=600, check=False)
+    proc = snakemake_slurm(
+        ["results/twonode/training_complete.json", "--latency-wait", "5", "--configfile", "twonode.yaml"],
+        wd,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     log = (wd / "logs" / "train_grpo" / "twonode.log").read_text(errors="replace")

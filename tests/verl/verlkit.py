@@ -19,8 +19,11 @@ def _backends(raw: dict) -> set[str]:
     return {(e or {}).get("backend", default) for e in (raw.get("experiments") or {}).values()}
 
 
-VERL_CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "config").glob("*.yaml")
-                      if "verl" in _backends(yaml.safe_load(p.read_text()) or {}))
+VERL_CONFIGS = sorted(
+    str(p.relative_to(REPO))
+    for p in (REPO / "config").glob("*.yaml")
+    if "verl" in _backends(yaml.safe_load(p.read_text()) or {})
+)
 
 
 def load(path: str) -> dict:
@@ -38,8 +41,12 @@ def merge_kit():
 def submit(script: str, args: list[str], workdir: Path) -> str:
     path = workdir / "job.sh"
     path.write_text(script)
-    out = subprocess.run(["sbatch", "--parsable", "-D", str(workdir), "-o", str(workdir / "slurm.out"), *args, str(path)],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["sbatch", "--parsable", "-D", str(workdir), "-o", str(workdir / "slurm.out"), *args, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return out.stdout.strip().split(";")[0]
 
 

@@ -94,11 +94,15 @@ def _check_unique_ids(rows: list[dict], id_key: str, label: str) -> None:
     for i, row in enumerate(rows):
         key = row.get(id_key)
         if key in seen:
-            raise DataError(f"{label}: duplicate id {key!r} in column {id_key!r} (rows {seen[key] + 1} and {i + 1}): ids must be unique; fix the data or set id_key: null")
+            raise DataError(
+                f"{label}: duplicate id {key!r} in column {id_key!r} (rows {seen[key] + 1} and {i + 1}): ids must be unique; fix the data or set id_key: null"
+            )
         seen[key] = i
 
 
-def build_rows(name: str, spec: dict, split: str, source_rows: list[dict], indices: list[int], label: str) -> tuple[list[dict], Counter]:
+def build_rows(
+    name: str, spec: dict, split: str, source_rows: list[dict], indices: list[int], label: str
+) -> tuple[list[dict], Counter]:
     pkey, rkey, fmt = spec["prompt_key"], spec["response_key"], spec["format"]
     extract = GROUND_TRUTH[fmt]
     dropped: Counter = Counter()
@@ -115,23 +119,27 @@ def build_rows(name: str, spec: dict, split: str, source_rows: list[dict], indic
         truth = extract(str(response))
         if truth is None:
             if fmt == "gsm8k":
-                raise DataError(f"{label}: row {i + 1}: column {rkey!r} has no '#### <answer>' line: set datasets.{name}.format to boxed or plain if answers are written differently")
+                raise DataError(
+                    f"{label}: row {i + 1}: column {rkey!r} has no '#### <answer>' line: set datasets.{name}.format to boxed or plain if answers are written differently"
+                )
             dropped["no_boxed_answer" if fmt == "boxed" else "empty_answer"] += 1
             continue
-        rows.append({
-            "data_source": spec["data_source"],
-            "prompt": _prompt_messages(spec["prompt"], question),
-            "ability": spec["ability"],
-            "reward_model": {"style": "rule", "ground_truth": truth},
-            "extra_info": {
-                "split": split,
-                "index": i,
-                **({"id": str(src.get(spec["id_key"]))} if spec.get("id_key") else {}),
-                "question": question,
-                "answer": str(response),
-                "original": json.dumps(src, ensure_ascii=False, default=str),
-            },
-        })
+        rows.append(
+            {
+                "data_source": spec["data_source"],
+                "prompt": _prompt_messages(spec["prompt"], question),
+                "ability": spec["ability"],
+                "reward_model": {"style": "rule", "ground_truth": truth},
+                "extra_info": {
+                    "split": split,
+                    "index": i,
+                    **({"id": str(src.get(spec["id_key"]))} if spec.get("id_key") else {}),
+                    "question": question,
+                    "answer": str(response),
+                    "original": json.dumps(src, ensure_ascii=False, default=str),
+                },
+            }
+        )
         if spec.get("max_rows") and len(rows) >= spec["max_rows"]:
             break
     return rows, dropped
@@ -146,7 +154,9 @@ def convert_split(name: str, spec: dict, manifest_path: str, split: str, parquet
     sizes = {s: f["rows"] for s, f in manifest["files"].items()}
     plan = split_indices(spec, sizes)
     if split not in plan:
-        raise DataError(f"datasets.{name}: no {split!r} split (have {', '.join(sorted(plan))}); add datasets.{name}.{'validation' if split == 'val' else 'test'}: {{fraction: 0.05}} to carve one from train")
+        raise DataError(
+            f"datasets.{name}: no {split!r} split (have {', '.join(sorted(plan))}); add datasets.{name}.{'validation' if split == 'val' else 'test'}: {{fraction: 0.05}} to carve one from train"
+        )
     source_split, indices = plan[split]
     entry = manifest["files"][source_split]
     raw_path = os.path.join(folder, entry["path"])
@@ -154,21 +164,34 @@ def convert_split(name: str, spec: dict, manifest_path: str, split: str, parquet
         raise DataError(f"{raw_path} changed after download_data recorded it: rerun with `snakemake -R download_data`")
     label = f"datasets.{name} {source_split} file {raw_path}"
     source_rows = read_records(raw_path, what=f"datasets.{name}")
-    require_columns(source_rows, {spec["prompt_key"]: f"datasets.{name}.prompt_key", spec["response_key"]: f"datasets.{name}.response_key"}, label)
+    require_columns(
+        source_rows,
+        {spec["prompt_key"]: f"datasets.{name}.prompt_key", spec["response_key"]: f"datasets.{name}.response_key"},
+        label,
+    )
     if spec.get("id_key"):
         require_columns(source_rows, {spec["id_key"]: f"datasets.{name}.id_key"}, label)
         _check_unique_ids(source_rows, spec["id_key"], label)
     rows, dropped = build_rows(name, spec, split, source_rows, indices, label)
     if not rows:
-        raise DataError(f"datasets.{name}: split {split!r} is empty after conversion (dropped: {dict(dropped) or 'none'}): check prompt_key/response_key/format")
+        raise DataError(
+            f"datasets.{name}: split {split!r} is empty after conversion (dropped: {dict(dropped) or 'none'}): check prompt_key/response_key/format"
+        )
     for reason, count in sorted(dropped.items()):
         log.warning("%s/%s: dropped %d rows: %s", name, split, count, reason)
     with atomic_path(parquet_path) as tmp:
         pq.write_table(pa.Table.from_pylist(rows), tmp)
     summary = {
-        "dataset": name, "split": split, "rows": len(rows), "dropped": dict(dropped),
-        "source_file": entry["path"], "source_sha256": entry["sha256"], "source_rows": len(indices),
-        "format": spec["format"], "data_source": spec["data_source"], "parquet_sha256": sha256_file(parquet_path),
+        "dataset": name,
+        "split": split,
+        "rows": len(rows),
+        "dropped": dict(dropped),
+        "source_file": entry["path"],
+        "source_sha256": entry["sha256"],
+        "source_rows": len(indices),
+        "format": spec["format"],
+        "data_source": spec["data_source"],
+        "parquet_sha256": sha256_file(parquet_path),
     }
     atomic_write_json(summary_path, summary)
     log.info("%s/%s: wrote %d rows to %s", name, split, len(rows), parquet_path)

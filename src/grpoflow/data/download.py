@@ -74,7 +74,9 @@ def _local(spec: dict, out_dir: Path, where: str):
     for split, path in sorted(wanted.items()):
         key = f"{where}.local.{_local_name(spec, split)}"
         if not os.path.isfile(path):
-            raise DataError(f"{key}: file {path!r} not found (relative paths are relative to the workflow directory {os.getcwd()}): fix the path")
+            raise DataError(
+                f"{key}: file {path!r} not found (relative paths are relative to the workflow directory {os.getcwd()}): fix the path"
+            )
         if os.path.splitext(path)[1].lower() not in FORMATS:
             raise DataError(f"{key}: {path!r} is not a .jsonl, .json or .parquet file")
         files[split] = _copy_into(path, out_dir, split)
@@ -96,17 +98,31 @@ def _hub(spec: dict, out_dir: Path, where: str, name: str):
             found = {"train": [Path(cached)]}
         else:
             prefix = f"{spec['config']}/" if spec.get("config") else ""
-            snapshot = Path(snapshot_download(repo, repo_type=rtype, revision=rev, allow_patterns=[f"{prefix}*"] if prefix else None))
-            found = {ours: _find_split_files(snapshot, prefix, theirs, where) for ours, theirs in spec["splits"].items()}
+            snapshot = Path(
+                snapshot_download(
+                    repo, repo_type=rtype, revision=rev, allow_patterns=[f"{prefix}*"] if prefix else None
+                )
+            )
+            found = {
+                ours: _find_split_files(snapshot, prefix, theirs, where) for ours, theirs in spec["splits"].items()
+            }
     except (LocalEntryNotFoundError, OfflineModeIsEnabled) as exc:
         raise DataError(_offline_message(spec, where, name, exc)) from None
     except HfHubHTTPError as exc:
-        raise DataError(f"{where}.hub: the Hub refused {rtype} {repo!r} at revision {rev!r} ({exc.__class__.__name__}): check repo_id/revision, and HF_TOKEN for gated or private repos") from None
+        raise DataError(
+            f"{where}.hub: the Hub refused {rtype} {repo!r} at revision {rev!r} ({exc.__class__.__name__}): check repo_id/revision, and HF_TOKEN for gated or private repos"
+        ) from None
     files = {split: _copy_or_join(paths, out_dir, split) for split, paths in found.items()}
     commit = snapshot.name if snapshot.parent.name == "snapshots" else None
-    return files, {"repo_id": repo, "repo_type": rtype, "revision": rev, "resolved_commit": commit,
-                   "config": spec.get("config"), "filename": spec.get("filename"),
-                   "hub_files": {s: [str(p.relative_to(snapshot)) if commit else p.name for p in ps] for s, ps in found.items()}}
+    return files, {
+        "repo_id": repo,
+        "repo_type": rtype,
+        "revision": rev,
+        "resolved_commit": commit,
+        "config": spec.get("config"),
+        "filename": spec.get("filename"),
+        "hub_files": {s: [str(p.relative_to(snapshot)) if commit else p.name for p in ps] for s, ps in found.items()},
+    }
 
 
 def _copy_or_join(paths: list[Path], out_dir: Path, split: str) -> Path:
@@ -121,12 +137,17 @@ def _find_split_files(snapshot: Path, prefix: str, split: str, where: str) -> li
     """The data files of one split in a Hub snapshot: {config}/{split}-0000N-of-0000M.parquet and friends."""
     folder = snapshot / prefix if prefix else snapshot
     candidates = sorted(
-        p for p in folder.rglob("*")
-        if p.is_file() and p.suffix.lower() in FORMATS and (p.name == split + p.suffix or p.name.startswith((f"{split}-", f"{split}_", f"{split}.")))
+        p
+        for p in folder.rglob("*")
+        if p.is_file()
+        and p.suffix.lower() in FORMATS
+        and (p.name == split + p.suffix or p.name.startswith((f"{split}-", f"{split}_", f"{split}.")))
     )
     if not candidates:
         listing = ", ".join(sorted(str(p.relative_to(snapshot)) for p in folder.rglob("*") if p.is_file())[:10])
-        raise DataError(f"{where}.hub.splits: no file for split {split!r} in the snapshot (files: {listing or 'none'}): set hub.config/hub.splits to match the repo")
+        raise DataError(
+            f"{where}.hub.splits: no file for split {split!r} in the snapshot (files: {listing or 'none'}): set hub.config/hub.splits to match the repo"
+        )
     return candidates
 
 
@@ -137,7 +158,13 @@ def _offline_message(spec: dict, where: str, name: str, exc: Exception) -> str:
     else:
         splits = ", ".join(f"local.{s}: <{s}.jsonl>" for s in spec["splits"])
         placement = f"save its splits as JSONL/Parquet and set {where}.source: local with {splits}"
-    offline = " (HF_HUB_OFFLINE=1 is set, and the local Hugging Face cache has no copy)" if os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True") else ""
-    return (f"{where}: cannot download {spec['repo_type']} {repo!r} (revision {spec['revision']}) from the Hugging Face Hub{offline}: "
-            f"no network and no cached copy. Either run once where the Hub is reachable (the HF cache is reused; HF_HUB_OFFLINE=1 then works), "
-            f"or {placement}")
+    offline = (
+        " (HF_HUB_OFFLINE=1 is set, and the local Hugging Face cache has no copy)"
+        if os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True")
+        else ""
+    )
+    return (
+        f"{where}: cannot download {spec['repo_type']} {repo!r} (revision {spec['revision']}) from the Hugging Face Hub{offline}: "
+        f"no network and no cached copy. Either run once where the Hub is reachable (the HF cache is reused; HF_HUB_OFFLINE=1 then works), "
+        f"or {placement}"
+    )

@@ -59,7 +59,9 @@ def _read_jsonl(path: str, label: str) -> list[dict]:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 # json's messages may end in "at" ("Invalid control character at"): the position follows once.
-                raise DataError(f"{label}: line {lineno} is not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})") from None
+                raise DataError(
+                    f"{label}: line {lineno} is not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})"
+                ) from None
     return rows
 
 
@@ -79,7 +81,9 @@ def _read_json(path: str, label: str) -> list[dict]:
         lists = [v for v in data.values() if isinstance(v, list)]
         if len(lists) == 1:
             return lists[0]
-        raise DataError(f"{label}: expected a JSON array of objects (or an object holding exactly one array), found an object with keys {sorted(data)[:8]}")
+        raise DataError(
+            f"{label}: expected a JSON array of objects (or an object holding exactly one array), found an object with keys {sorted(data)[:8]}"
+        )
     if not isinstance(data, list):
         raise DataError(f"{label}: expected a JSON array of objects, found {type(data).__name__}")
     return data
@@ -90,4 +94,6 @@ def require_columns(rows: list[dict], columns: dict[str, str], label: str) -> No
     present = set(rows[0])
     for col, key in columns.items():
         if col not in present:
-            raise DataError(f"{label}: column {col!r} not found (columns: {', '.join(sorted(present))}): set {key} to the right column")
+            raise DataError(
+                f"{label}: column {col!r} not found (columns: {', '.join(sorted(present))}): set {key} to the right column"
+            )

@@ -23,10 +23,14 @@ def generate_arithmetic(spec: dict, where: str = "synthetic") -> dict[str, list[
     if hi < lo:
         raise ConfigError(f"config error: {where}.max_operand ({hi}) is below min_operand ({lo})")
     # Distinct problems up to operand order: "3 + 5" and "5 + 3" never land on both sides of the split.
-    problems = sorted({(min(a, b), op, max(a, b)) for a, b in itertools.product(range(lo, hi + 1), repeat=2) for op in ops})
+    problems = sorted(
+        {(min(a, b), op, max(a, b)) for a, b in itertools.product(range(lo, hi + 1), repeat=2) for op in ops}
+    )
     need = spec["train_size"] + spec["test_size"]
     if need > len(problems):
-        raise ConfigError(f"config error: {where}: train_size + test_size = {need} exceeds the {len(problems)} distinct problems with operands {lo}..{hi} and operations {ops}: lower the sizes or widen the operand range")
+        raise ConfigError(
+            f"config error: {where}: train_size + test_size = {need} exceeds the {len(problems)} distinct problems with operands {lo}..{hi} and operations {ops}: lower the sizes or widen the operand range"
+        )
     rng = random.Random(spec["seed"])
     rng.shuffle(problems)
     test = problems[: spec["test_size"]]

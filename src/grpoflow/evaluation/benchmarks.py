@@ -51,27 +51,42 @@ def benchmark_source(name: str, spec: dict, path: str) -> dict:
     if "dataset" in spec:
         src.update(kind="dataset", dataset=spec["dataset"], split=spec.get("split", "test"))
     else:
-        src.update(kind="file", prompt_key=spec.get("prompt_key", "prompt"), answer_key=spec.get("answer_key", "answer"), format=spec.get("format", "plain"))
+        src.update(
+            kind="file",
+            prompt_key=spec.get("prompt_key", "prompt"),
+            answer_key=spec.get("answer_key", "answer"),
+            format=spec.get("format", "plain"),
+        )
     return src
 
 
 def _from_dataset(rows: list[dict], where: str, path: str, override: dict | None) -> list[Problem]:
     label = f"{where} ({path})"
-    require_columns(rows, {"prompt": f"{where}.dataset (a converted split)", "reward_model": f"{where}.dataset (a converted split)"}, label)
+    require_columns(
+        rows,
+        {"prompt": f"{where}.dataset (a converted split)", "reward_model": f"{where}.dataset (a converted split)"},
+        label,
+    )
     problems = []
     for i, row in enumerate(rows):
         extra = row.get("extra_info") or {}
         truth = (row.get("reward_model") or {}).get("ground_truth")
         if truth is None:
-            raise DataError(f"{label}: row {i + 1} has no reward_model.ground_truth: reconvert the dataset (snakemake -R convert_to_parquet)")
+            raise DataError(
+                f"{label}: row {i + 1} has no reward_model.ground_truth: reconvert the dataset (snakemake -R convert_to_parquet)"
+            )
         if override:
             question = extra.get("question")
             if not isinstance(question, str):
-                raise DataError(f"{label}: row {i + 1} has no extra_info.question to re-render with {where}.prompt: reconvert the dataset or drop the override")
+                raise DataError(
+                    f"{label}: row {i + 1} has no extra_info.question to re-render with {where}.prompt: reconvert the dataset or drop the override"
+                )
             messages = prompt_messages(override, question)
         else:
             messages = [{"role": m["role"], "content": m["content"]} for m in row["prompt"]]
-        problems.append(Problem(index=i, id=_id(extra.get("id"), extra.get("index")), messages=messages, ground_truth=str(truth)))
+        problems.append(
+            Problem(index=i, id=_id(extra.get("id"), extra.get("index")), messages=messages, ground_truth=str(truth))
+        )
     return problems
 
 
@@ -88,13 +103,17 @@ def _from_file(rows: list[dict], where: str, path: str, spec: dict, prompt: dict
             raise DataError(f"{label}: row {i + 1} has an empty {akey!r}: every benchmark problem needs an answer")
         truth = extract(str(answer))
         if truth is None:
-            raise DataError(f"{label}: row {i + 1}: cannot read a {fmt} answer from column {akey!r} ({str(answer)[:40]!r}): set {where}.format (plain, gsm8k or boxed)")
+            raise DataError(
+                f"{label}: row {i + 1}: cannot read a {fmt} answer from column {akey!r} ({str(answer)[:40]!r}): set {where}.format (plain, gsm8k or boxed)"
+            )
         if isinstance(question, list) and all(isinstance(m, dict) and "role" in m for m in question):
             messages = [{"role": m["role"], "content": m["content"]} for m in question]
         elif isinstance(question, str) and question.strip():
             messages = prompt_messages(prompt, question)
         else:
-            raise DataError(f"{label}: row {i + 1}: column {pkey!r} is neither a question string nor a list of chat messages")
+            raise DataError(
+                f"{label}: row {i + 1}: column {pkey!r} is neither a question string nor a list of chat messages"
+            )
         problems.append(Problem(index=i, id=_id(row.get("id"), None), messages=messages, ground_truth=truth))
     return problems
 
@@ -110,5 +129,7 @@ def benchmark_data_path(name: str, spec: dict, inputs: dict) -> str:
     else the configured path."""
     path = inputs.get("data") or spec.get("path")
     if not path or not os.path.exists(path):
-        raise DataError(f"benchmark file {path} not found: check evaluation.benchmarks.{name}.path (relative paths are from the workflow directory)")
+        raise DataError(
+            f"benchmark file {path} not found: check evaluation.benchmarks.{name}.path (relative paths are from the workflow directory)"
+        )
     return path

@@ -32,7 +32,13 @@ class ModelSource:
     experiment: str | None = None
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "path": self.path, "trust_remote_code": self.trust_remote_code, "experiment": self.experiment}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "path": self.path,
+            "trust_remote_code": self.trust_remote_code,
+            "experiment": self.experiment,
+        }
 
 
 @dataclass(frozen=True)
@@ -55,12 +61,16 @@ def resolve_model(name: str, entry: dict, inputs: dict) -> ModelSource:
         record = read_json(inputs["sft"])
         path = record.get("path")
         if not path:
-            raise DataError(f"{inputs['sft']} has no 'path' of the SFT model: rerun discover_sft_checkpoint (snakemake -R discover_sft_checkpoint)")
+            raise DataError(
+                f"{inputs['sft']} has no 'path' of the SFT model: rerun discover_sft_checkpoint (snakemake -R discover_sft_checkpoint)"
+            )
         trust = record.get("trust_remote_code", (entry.get("sft") or {}).get("trust_remote_code", False))
         return ModelSource(name, kind, path, trust_remote_code=bool(trust), experiment=entry.get("experiment"))
     path = entry["path"]
     if not os.path.isdir(path) and (os.path.exists(path) or not HUB_ID.match(path)):
-        raise DataError(f"evaluation.models.{name}.path = {path!r} is neither a model directory nor a Hub id (org/name)")
+        raise DataError(
+            f"evaluation.models.{name}.path = {path!r} is neither a model directory nor a Hub id (org/name)"
+        )
     trust = bool(entry.get("trust_remote_code", False))
     if os.path.isdir(path):
         check_remote_code(Path(path), trust, f"evaluation.models.{name}.trust_remote_code")
@@ -73,16 +83,23 @@ def load_tokenizer(source: ModelSource):
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.path, trust_remote_code=source.trust_remote_code)
     except (OSError, ValueError) as exc:
-        raise GrpoflowError(f"cannot load the tokenizer of model {source.name} from {source.path}: {first_line(exc)}") from None
+        raise GrpoflowError(
+            f"cannot load the tokenizer of model {source.name} from {source.path}: {first_line(exc)}"
+        ) from None
     if not getattr(tokenizer, "chat_template", None):
-        raise DataError(f"model {source.name} ({source.path}) has no chat template: evaluation renders prompts with the template training used; save the tokenizer with one (chat_template.jinja)")
+        raise DataError(
+            f"model {source.name} ({source.path}) has no chat template: evaluation renders prompts with the template training used; save the tokenizer with one (chat_template.jinja)"
+        )
     return tokenizer
 
 
 def render_prompts(tokenizer, conversations: list[list[dict]], chat_template_kwargs: dict | None = None) -> list[str]:
     """Each conversation as the text the model sees, ending in the assistant turn's opening."""
     kwargs = dict(chat_template_kwargs or {})
-    return [tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **kwargs) for msgs in conversations]
+    return [
+        tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **kwargs)
+        for msgs in conversations
+    ]
 
 
 def encode_prompts(tokenizer, texts: list[str]) -> list[list[int]]:

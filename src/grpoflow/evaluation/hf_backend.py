@@ -11,7 +11,7 @@ import logging
 import time
 
 from grpoflow.errors import GrpoflowError
-from grpoflow.evaluation.generation import Completion, ModelSource, first_line, completion_from_ids, pad_token_id
+from grpoflow.evaluation.generation import Completion, ModelSource, completion_from_ids, first_line, pad_token_id
 from grpoflow.evaluation.settings import Generation
 from grpoflow.progress import duration
 
@@ -26,14 +26,25 @@ def load_model(source: ModelSource):
     # bf16 halves memory on GPUs; CPUs run fp32 (bf16 matmuls there are slow and less exact).
     dtype = torch.bfloat16 if device == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
     try:
-        model = AutoModelForCausalLM.from_pretrained(source.path, dtype=dtype, trust_remote_code=source.trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(
+            source.path, dtype=dtype, trust_remote_code=source.trust_remote_code
+        )
     except (OSError, ValueError) as exc:
         raise GrpoflowError(f"cannot load model {source.name} from {source.path}: {first_line(exc)}") from None
     model.to(device).eval()
     return model, device, str(dtype).removeprefix("torch.")
 
 
-def generate(source: ModelSource, tokenizer, prompt_ids: list[list[int]], gen: Generation, stop_ids: list[int], *, threads: int | None = None, **_) -> tuple[list[list[Completion]], dict]:
+def generate(
+    source: ModelSource,
+    tokenizer,
+    prompt_ids: list[list[int]],
+    gen: Generation,
+    stop_ids: list[int],
+    *,
+    threads: int | None = None,
+    **_,
+) -> tuple[list[list[Completion]], dict]:
     """``gen.samples`` completions for each prompt (token ids), in prompt order, and what was run."""
     import torch
 
@@ -43,7 +54,12 @@ def generate(source: ModelSource, tokenizer, prompt_ids: list[list[int]], gen: G
     longest = max(len(p) for p in prompt_ids)
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit and longest + gen.max_new_tokens > limit:
-        log.warning("the longest prompt (%d tokens) + max_new_tokens (%d) exceeds the model's max_position_embeddings (%d): late tokens may degrade", longest, gen.max_new_tokens, limit)
+        log.warning(
+            "the longest prompt (%d tokens) + max_new_tokens (%d) exceeds the model's max_position_embeddings (%d): late tokens may degrade",
+            longest,
+            gen.max_new_tokens,
+            limit,
+        )
     pad = pad_token_id(tokenizer, stop_ids)
     kwargs = _decoding_kwargs(gen, stop_ids, pad)
     order = sorted(range(len(prompt_ids)), key=lambda i: (-len(prompt_ids[i]), i))
@@ -62,7 +78,14 @@ def generate(source: ModelSource, tokenizer, prompt_ids: list[list[int]], gen: G
             results[i] = [completion_from_ids(tokenizer, row, stop_ids) for row in rows]
         done = min(start + gen.batch_size, len(order))
         spent = time.perf_counter() - t0
-        log.info("generated batch %d: %d/%d prompts, %.1f prompts/s, ETA %s", b + 1, done, len(order), done / spent, duration(spent / done * (len(order) - done)))
+        log.info(
+            "generated batch %d: %d/%d prompts, %.1f prompts/s, ETA %s",
+            b + 1,
+            done,
+            len(order),
+            done / spent,
+            duration(spent / done * (len(order) - done)),
+        )
     elapsed = time.perf_counter() - t0
     info = {"device": device, "dtype": dtype, "torch_threads": torch.get_num_threads(), "generate_s": elapsed}
     return results, info  # type: ignore[return-value]
@@ -81,7 +104,14 @@ def _decoding_kwargs(gen: Generation, stop_ids: list[int], pad: int) -> dict:
         # transformers' own neutral values, so the model's generation_config (Qwen3's ships T 0.6, top_k 20)
         # neither leaks in nor triggers "flag only used in sampling" warnings; greedy search ignores them.
         return {**common, "do_sample": False, "temperature": 1.0, "top_p": 1.0, "top_k": 50, "min_p": None}
-    return {**common, "do_sample": True, "temperature": gen.temperature, "top_p": gen.top_p, "top_k": 0 if gen.top_k < 0 else gen.top_k, "min_p": None}
+    return {
+        **common,
+        "do_sample": True,
+        "temperature": gen.temperature,
+        "top_p": gen.top_p,
+        "top_k": 0 if gen.top_k < 0 else gen.top_k,
+        "min_p": None,
+    }
 
 
 def _left_pad(seqs: list[list[int]], pad: int):

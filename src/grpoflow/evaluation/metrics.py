@@ -95,7 +95,9 @@ def aggregate(scored: list[list[dict]]) -> dict:
     }
     if samples > 1:
         for k in pass_k_values(samples):
-            metrics[f"pass@{k}"] = statistics.fmean(pass_at_k(len(per), sum(s["correct"] for s in per), k) for per in scored)
+            metrics[f"pass@{k}"] = statistics.fmean(
+                pass_at_k(len(per), sum(s["correct"] for s in per), k) for per in scored
+            )
         metrics[f"maj@{samples}"] = statistics.fmean(majority_correct(per) for per in scored)
     return {
         "n_problems": n_problems,

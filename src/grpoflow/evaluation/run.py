@@ -60,7 +60,15 @@ def evaluate(
     problems = load_benchmark(benchmark_name, benchmark, data_path)
     if not problems:
         raise DataError(f"benchmark {benchmark_name} ({data_path}) has no problems")
-    log.info("evaluating %s (%s) on %s: %d problems, %s, backend %s", model_name, source.path, benchmark_name, len(problems), _describe(gen), backend_name)
+    log.info(
+        "evaluating %s (%s) on %s: %d problems, %s, backend %s",
+        model_name,
+        source.path,
+        benchmark_name,
+        len(problems),
+        _describe(gen),
+        backend_name,
+    )
 
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(source)
@@ -69,7 +77,9 @@ def evaluate(
     prompt_ids = encode_prompts(tokenizer, texts)
     stops = stop_token_ids(tokenizer, source)
     backend = importlib.import_module(BACKENDS[backend_name])
-    completions, info = backend.generate(source, tokenizer, prompt_ids, gen, stops, threads=threads, vllm_cfg=settings.get("vllm"))
+    completions, info = backend.generate(
+        source, tokenizer, prompt_ids, gen, stops, threads=threads, vllm_cfg=settings.get("vllm")
+    )
     total_s = time.perf_counter() - t0
 
     answer_format = {**(settings.get("answer_format") or {}), **(benchmark.get("answer_format") or {})}
@@ -77,15 +87,32 @@ def evaluate(
     for problem, text, outs in zip(problems, texts, completions):
         per = []
         for k, c in enumerate(outs):
-            s = {**score_completion(c, problem.ground_truth, answer_format), "response_tokens": c.n_tokens, "truncated": c.truncated}
+            s = {
+                **score_completion(c, problem.ground_truth, answer_format),
+                "response_tokens": c.n_tokens,
+                "truncated": c.truncated,
+            }
             per.append(s)
-            records.append({
-                "index": problem.index, "id": problem.id, "sample": k, "prompt": text,
-                "ground_truth": problem.ground_truth, "response": c.text, "response_tokens": c.n_tokens,
-                "finish_reason": c.finish_reason, "truncated": c.truncated, "extracted": s["extracted"],
-                "found": s["found"], "source": s["source"], "correct": s["correct"], "partial": s["partial"],
-                "format_ok": s["format_ok"], "reason": s["reason"],
-            })
+            records.append(
+                {
+                    "index": problem.index,
+                    "id": problem.id,
+                    "sample": k,
+                    "prompt": text,
+                    "ground_truth": problem.ground_truth,
+                    "response": c.text,
+                    "response_tokens": c.n_tokens,
+                    "finish_reason": c.finish_reason,
+                    "truncated": c.truncated,
+                    "extracted": s["extracted"],
+                    "found": s["found"],
+                    "source": s["source"],
+                    "correct": s["correct"],
+                    "partial": s["partial"],
+                    "format_ok": s["format_ok"],
+                    "reason": s["reason"],
+                }
+            )
         scored.append(per)
     summary = aggregate(scored)
 
@@ -99,7 +126,13 @@ def evaluate(
         "benchmark_source": benchmark_source(benchmark_name, benchmark, data_path),
         "prompt": prompt,
         "answer_format": answer_format,
-        "generation": {"backend": backend_name, **gen.as_dict(), "chat_template_kwargs": template_kwargs, "stop_token_ids": stops, **info},
+        "generation": {
+            "backend": backend_name,
+            **gen.as_dict(),
+            "chat_template_kwargs": template_kwargs,
+            "stop_token_ids": stops,
+            **info,
+        },
         "timing": {
             "load_and_generate_s": round(total_s, 3),
             "generate_s": round(gen_s, 3),
@@ -114,8 +147,16 @@ def evaluate(
     m = summary["metrics"]
     log.info(
         "%s on %s: accuracy %.4f ± %.4f, format %.4f, partial %.4f, no answer %.4f, truncated %.4f, mean tokens %.1f (%.2f problems/s)",
-        model_name, benchmark_name, m["accuracy"], m["accuracy_stderr"], m["format_accuracy"], m["partial_accuracy"],
-        m["no_answer_rate"], m["truncation_rate"], m["mean_response_tokens"], result["timing"]["problems_per_s"] or 0.0,
+        model_name,
+        benchmark_name,
+        m["accuracy"],
+        m["accuracy_stderr"],
+        m["format_accuracy"],
+        m["partial_accuracy"],
+        m["no_answer_rate"],
+        m["truncation_rate"],
+        m["mean_response_tokens"],
+        result["timing"]["problems_per_s"] or 0.0,
     )
     return result
 

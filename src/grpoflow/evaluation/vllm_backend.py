@@ -66,7 +66,16 @@ def progress_bar(*args, **kwargs):
     return tqdm(*args, **{"mininterval": 0.1 if sys.stderr.isatty() else 30.0, **kwargs})
 
 
-def generate(source: ModelSource, tokenizer, prompt_ids: list[list[int]], gen: Generation, stop_ids: list[int], *, vllm_cfg: dict | None = None, **_) -> tuple[list[list[Completion]], dict]:
+def generate(
+    source: ModelSource,
+    tokenizer,
+    prompt_ids: list[list[int]],
+    gen: Generation,
+    stop_ids: list[int],
+    *,
+    vllm_cfg: dict | None = None,
+    **_,
+) -> tuple[list[list[Completion]], dict]:
     vllm = _import_vllm()
     vllm_cfg = vllm_cfg or {}
     llm = vllm.LLM(**engine_kwargs(source, gen, vllm_cfg))
@@ -78,5 +87,11 @@ def generate(source: ModelSource, tokenizer, prompt_ids: list[list[int]], gen: G
         [completion_from_ids(tokenizer, o.token_ids, stop_ids, finish_reason=o.finish_reason) for o in req.outputs]
         for req in outputs
     ]
-    info = {"device": "cuda", "dtype": vllm_cfg.get("dtype", "auto"), "vllm": {k: v for k, v in engine_kwargs(source, gen, vllm_cfg).items() if k not in ("model", "tokenizer")}, "vllm_version": getattr(vllm, "__version__", None), "generate_s": elapsed}
+    info = {
+        "device": "cuda",
+        "dtype": vllm_cfg.get("dtype", "auto"),
+        "vllm": {k: v for k, v in engine_kwargs(source, gen, vllm_cfg).items() if k not in ("model", "tokenizer")},
+        "vllm_version": getattr(vllm, "__version__", None),
+        "generate_s": elapsed,
+    }
     return results, info

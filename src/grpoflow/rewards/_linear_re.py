@@ -28,7 +28,7 @@ from re2 import _re2
 
 __all__ = ["LinearPattern", "LinearMatch", "compile", "I", "M", "S"]
 
-I, M, S = re.I, re.M, re.S  # so that callers need no stdlib re at all
+I, M, S = re.I, re.M, re.S  # noqa: E741 (re's own flag names) so that callers need no stdlib re at all
 
 # Python's \s for str: str.isspace() characters. \d is Unicode Nd; \w is letters, numbers and "_".
 _SPACE = r"\t\n\x{0B}\f\r \x{1C}-\x{1F}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}"
@@ -184,8 +184,12 @@ class LinearPattern:
         if spans[0] == _NULL:
             return None
         if not ascii_text:
-            spans = [span if span == _NULL else (_re2.BytesToCharLen(encoded, 0, span[0]),
-                                                 _re2.BytesToCharLen(encoded, 0, span[1])) for span in spans]
+            spans = [
+                span
+                if span == _NULL
+                else (_re2.BytesToCharLen(encoded, 0, span[0]), _re2.BytesToCharLen(encoded, 0, span[1]))
+                for span in spans
+            ]
         return LinearMatch(self, text, spans)
 
     def _iter(self, text: str, pos: int, endpos: int | None) -> Iterator[LinearMatch]:
@@ -231,15 +235,17 @@ class LinearPattern:
         return self._iter(text, pos, endpos)
 
     def findall(self, text: str) -> list:
-        return [m.group() if not self.groups else m.group(1) if self.groups == 1 else m.groups("")
-                for m in self.finditer(text)]
+        return [
+            m.group() if not self.groups else m.group(1) if self.groups == 1 else m.groups("")
+            for m in self.finditer(text)
+        ]
 
     def sub(self, repl: str | Callable[[LinearMatch], str], text: str, count: int = 0) -> str:
         pieces, end = [], 0
         for k, m in enumerate(self.finditer(text)):
             if count and k >= count:
                 break
-            pieces.append(text[end:m.start()])
+            pieces.append(text[end : m.start()])
             pieces.append(repl(m) if callable(repl) else (m.expand(repl) if "\\" in repl else repl))
             end = m.end()
         if not pieces:
@@ -250,7 +256,7 @@ class LinearPattern:
     def split(self, text: str) -> list[str]:
         pieces, end = [], 0
         for m in self.finditer(text):
-            pieces.append(text[end:m.start()])
+            pieces.append(text[end : m.start()])
             pieces.extend(m.groups())
             end = m.end()
         pieces.append(text[end:])

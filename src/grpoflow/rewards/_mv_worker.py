@@ -83,7 +83,9 @@ def _parse(latex: str):
     from math_verify import LatexExtractionConfig, parse
 
     cfg = LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=True)
-    parsed = parse("\\boxed{" + _braces(latex) + "}", extraction_config=[cfg], parsing_timeout=None, fallback_mode="first_match")
+    parsed = parse(
+        "\\boxed{" + _braces(latex) + "}", extraction_config=[cfg], parsing_timeout=None, fallback_mode="first_match"
+    )
     return [_exact(p) for p in parsed]
 
 
@@ -140,12 +142,24 @@ def equal(gold: str, pred: str) -> bool:
 # Parsed once at start-up: the ANTLR parser behind latex2sympy builds its prediction caches lazily, so the
 # first fraction, interval or matrix a worker sees costs 10-100x a later one. Generic shapes, no answer keys.
 WARMUP = [
-    ("\\frac{1}{2}", "0.5"), ("\\sqrt{2}", "\\frac{2}{\\sqrt{2}}"), ("2\\pi", "\\frac{4\\pi}{2}"),
-    ("(-\\infty, 1]", "x \\le 1"), ("[0, 1) \\cup (2, 3]", "(2, 3] \\cup [0, 1)"), ("(1, -2)", "x = 1, y = -2"),
-    ("-1, 4", "4, -1"), ("x^2 - 1", "(x-1)(x+1)"), ("3 + 4i", "4i + 3"), ("y = 2x - 1", "y = -1 + 2x"),
+    ("\\frac{1}{2}", "0.5"),
+    ("\\sqrt{2}", "\\frac{2}{\\sqrt{2}}"),
+    ("2\\pi", "\\frac{4\\pi}{2}"),
+    ("(-\\infty, 1]", "x \\le 1"),
+    ("[0, 1) \\cup (2, 3]", "(2, 3] \\cup [0, 1)"),
+    ("(1, -2)", "x = 1, y = -2"),
+    ("-1, 4", "4, -1"),
+    ("x^2 - 1", "(x-1)(x+1)"),
+    ("3 + 4i", "4i + 3"),
+    ("y = 2x - 1", "y = -1 + 2x"),
     ("\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"),
-    ("\\{1, 2\\}", "\\{2, 1\\}"), ("e^{3}", "e^3"), ("\\text{(A)}", "A"), ("45^\\circ", "45"),
-    ("\\frac{\\sqrt{3}}{3}", "\\frac{1}{\\sqrt{3}}"), ("\\log_2 8", "3"), ("\\infty", "\\infty"),
+    ("\\{1, 2\\}", "\\{2, 1\\}"),
+    ("e^{3}", "e^3"),
+    ("\\text{(A)}", "A"),
+    ("45^\\circ", "45"),
+    ("\\frac{\\sqrt{3}}{3}", "\\frac{1}{\\sqrt{3}}"),
+    ("\\log_2 8", "3"),
+    ("\\infty", "\\infty"),
 ]
 
 
@@ -207,6 +221,7 @@ def _handle(line: str) -> dict:
         return {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+
 
 if __name__ == "__main__":
     main()

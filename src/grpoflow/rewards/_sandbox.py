@@ -132,7 +132,9 @@ class MathVerifyPool:
     ):
         env_size = os.environ.get("GRPOFLOW_VERIFY_WORKERS")
         self.size = max(1, size or (int(env_size) if env_size else min(4, os.cpu_count() or 1)))
-        self.soft_timeout = soft_timeout if soft_timeout is not None else float(os.environ.get("GRPOFLOW_VERIFY_TIMEOUT", "2"))
+        self.soft_timeout = (
+            soft_timeout if soft_timeout is not None else float(os.environ.get("GRPOFLOW_VERIFY_TIMEOUT", "2"))
+        )
         # The soft deadline is a SIGALRM inside Python code (lands within milliseconds); the hard one only has to
         # catch sympy inside C big-integer arithmetic, so 1 s of grace is enough.
         self.hard_timeout = hard_timeout if hard_timeout is not None else self.soft_timeout + 1.0

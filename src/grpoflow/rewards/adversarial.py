@@ -20,33 +20,113 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-__all__ = ["VALUES", "GROUND_TRUTHS", "ANSWER_FORMS", "PROSE", "HOSTILE", "PATHOLOGICAL_ANSWERS",
-           "hostile", "completion", "random_completion", "random_hostile_completion", "run_like_verl", "RunReport"]
+__all__ = [
+    "VALUES",
+    "GROUND_TRUTHS",
+    "ANSWER_FORMS",
+    "PROSE",
+    "HOSTILE",
+    "PATHOLOGICAL_ANSWERS",
+    "hostile",
+    "completion",
+    "random_completion",
+    "random_hostile_completion",
+    "run_like_verl",
+    "RunReport",
+]
 
 # Values of every kind the convention compares (§3), as a model would write them.
 VALUES = [
-    "72", "-3", "0", "1,680", "1680.00", "$18.90", "25\\%", "0.5", "\\frac{3}{4}", "\\dfrac94", "-\\frac{7}{2}",
-    "2\\frac{1}{4}", "3/4", "\\sqrt{2}", "2\\sqrt{2}", "\\frac{\\sqrt{3}}{2}", "4\\pi", "\\infty", "e^{2}",
-    "(-\\infty, 2)", "[1, 3) \\cup (4, 5]", "(3, -2)", "-3, 2", "x^2 + 2x + 1", "1 + 2i", "\\{1, 2, 3\\}",
-    "\\begin{pmatrix} 1 \\\\ -2 \\end{pmatrix}", "1011_2", "\\text{(B)}", "B", "30^\\circ", "y = -2x + 5",
-    "x = 5", "72 muffins", "seventy-two", "5 \\text{ cm}", "10^{5}", "3!", "\\log_2 8", "x < 2", "72 or 73",
-    "√2", "−3", "∞", "3 × 4 = 12", "print(72)",
+    "72",
+    "-3",
+    "0",
+    "1,680",
+    "1680.00",
+    "$18.90",
+    "25\\%",
+    "0.5",
+    "\\frac{3}{4}",
+    "\\dfrac94",
+    "-\\frac{7}{2}",
+    "2\\frac{1}{4}",
+    "3/4",
+    "\\sqrt{2}",
+    "2\\sqrt{2}",
+    "\\frac{\\sqrt{3}}{2}",
+    "4\\pi",
+    "\\infty",
+    "e^{2}",
+    "(-\\infty, 2)",
+    "[1, 3) \\cup (4, 5]",
+    "(3, -2)",
+    "-3, 2",
+    "x^2 + 2x + 1",
+    "1 + 2i",
+    "\\{1, 2, 3\\}",
+    "\\begin{pmatrix} 1 \\\\ -2 \\end{pmatrix}",
+    "1011_2",
+    "\\text{(B)}",
+    "B",
+    "30^\\circ",
+    "y = -2x + 5",
+    "x = 5",
+    "72 muffins",
+    "seventy-two",
+    "5 \\text{ cm}",
+    "10^{5}",
+    "3!",
+    "\\log_2 8",
+    "x < 2",
+    "72 or 73",
+    "√2",
+    "−3",
+    "∞",
+    "3 × 4 = 12",
+    "print(72)",
 ]
 # Ground truths: the same kinds, plus ones math-verify cannot evaluate (an empty text, a tower, broken LaTeX).
 GROUND_TRUTHS = [v for v in VALUES if v not in ("72 or 73", "print(72)", "72 muffins", "seventy-two")] + [
-    "", "9^{9^{9^{9}}}", "\\text{}", "}{", "\\frac{", "(10^{10})!",
+    "",
+    "9^{9^{9^{9}}}",
+    "\\text{}",
+    "}{",
+    "\\frac{",
+    "(10^{10})!",
 ]
 # Where the final answer goes ("@" is the value).
 ANSWER_FORMS = [
-    "\\boxed{@}", "$\\boxed{@}$", "\\fbox{@}", "The answer is \\boxed{@}.", "\\boxed{@} and \\boxed{@}",
-    "<answer>@</answer>", "<answer>The answer is @.</answer>", "#### @", "The answer is @.", "Answer: @",
-    "**Final Answer:** @", "**Final Answer**\n\\[\n\\boxed{@}\n\\]", "So the total is **@**.", "So $x = @$.",
-    "Therefore the result is @.", "答案是@", "The final answer is $@$. I hope this helps!", "\\boxed{@",
+    "\\boxed{@}",
+    "$\\boxed{@}$",
+    "\\fbox{@}",
+    "The answer is \\boxed{@}.",
+    "\\boxed{@} and \\boxed{@}",
+    "<answer>@</answer>",
+    "<answer>The answer is @.</answer>",
+    "#### @",
+    "The answer is @.",
+    "Answer: @",
+    "**Final Answer:** @",
+    "**Final Answer**\n\\[\n\\boxed{@}\n\\]",
+    "So the total is **@**.",
+    "So $x = @$.",
+    "Therefore the result is @.",
+    "答案是@",
+    "The final answer is $@$. I hope this helps!",
+    "\\boxed{@",
 ]
 PROSE = [
-    "Let me think step by step. ", "48 / 2 = 24, and 48 + 24 = 72. ", "Wait, let me re-check that. ",
-    "We have $f(x) = x^2 - 4x + 3$ so $f'(x) = 2x - 4$. ", "Tom earns $1,680 in 4 weeks. ", "\n\n", "\n- ",
-    "1. First step.\n", "```python\nprint(1)\n```\n", "So ", "Hmm, ", "the answer to the question is ",
+    "Let me think step by step. ",
+    "48 / 2 = 24, and 48 + 24 = 72. ",
+    "Wait, let me re-check that. ",
+    "We have $f(x) = x^2 - 4x + 3$ so $f'(x) = 2x - 4$. ",
+    "Tom earns $1,680 in 4 weeks. ",
+    "\n\n",
+    "\n- ",
+    "1. First step.\n",
+    "```python\nprint(1)\n```\n",
+    "So ",
+    "Hmm, ",
+    "the answer to the question is ",
 ]
 
 
@@ -87,8 +167,15 @@ HOSTILE: dict[str, Callable[[int], str]] = {
 }
 # Answers that would make sympy compute for minutes or exhaust memory.
 PATHOLOGICAL_ANSWERS = [
-    "9^{9^{9^{9}}}", "2^{123456789}", "100000!", "(10^{10})!", "((999^{999})^{999})^{99}", "9" * 5000,
-    "\\prod_{n=1}^{\\infty} n", "x^{" * 300 + "2" + "}" * 300, "\\frac{" * 200 + "1" + "}{2}" * 200,
+    "9^{9^{9^{9}}}",
+    "2^{123456789}",
+    "100000!",
+    "(10^{10})!",
+    "((999^{999})^{999})^{99}",
+    "9" * 5000,
+    "\\prod_{n=1}^{\\infty} n",
+    "x^{" * 300 + "2" + "}" * 300,
+    "\\frac{" * 200 + "1" + "}{2}" * 200,
 ]
 
 
@@ -96,8 +183,9 @@ def hostile(name: str, size: int) -> str:
     return HOSTILE[name](max(1, size))
 
 
-def completion(prose: Sequence[str], answer_form: str, value: str, *, think: str = "closed",
-               fragments: Sequence[str] = ()) -> str:
+def completion(
+    prose: Sequence[str], answer_form: str, value: str, *, think: str = "closed", fragments: Sequence[str] = ()
+) -> str:
     """One completion: ``<think>`` reasoning (``closed``, ``open`` = cut off, ``none``), prose with the hostile
     fragments interleaved, then the final answer."""
     body = list(prose)
@@ -149,8 +237,9 @@ class RunReport:
     correct: int = 0
 
 
-def run_like_verl(pairs: Sequence[tuple[str, str]], *, threads: int = 8, deadline_s: float = 30.0,
-                  verify: Callable | None = None) -> RunReport:
+def run_like_verl(
+    pairs: Sequence[tuple[str, str]], *, threads: int = 8, deadline_s: float = 30.0, verify: Callable | None = None
+) -> RunReport:
     """``verify`` over ``pairs`` from ``threads`` threads at once (verl's reward workers score a batch in a thread
     pool), timing every call. A call over ``deadline_s`` is reported; one still running ``deadline_s`` after the
     last call started is reported as unfinished and abandoned (daemon threads: a hang cannot block the caller)."""

@@ -127,5 +127,11 @@ class RewardSet:
                 for i, v in zip(g, znorm([total[i] for i in g], self.eps)):
                     normalized[i] = v
         verdicts = [s.verdict for s in samples]
-        return Scores(components, total, normalized, [v.correct for v in verdicts], [v.found for v in verdicts],
-                      [v.error for v in verdicts])
+        return Scores(
+            components,
+            total,
+            normalized,
+            [v.correct for v in verdicts],
+            [v.found for v in verdicts],
+            [v.error for v in verdicts],
+        )

@@ -15,8 +15,16 @@ from dataclasses import dataclass, field
 from grpoflow.rewards import _linear_re as lre
 from grpoflow.rewards.numbers import MINUS_SIGNS, NUMBER_WORDS, words_to_number
 
-__all__ = ["Extraction", "extract_answer", "extract_boxed_answer", "response_part", "find_boxes", "top_level", "END_TOKENS",
-           "looks_like_code"]
+__all__ = [
+    "Extraction",
+    "extract_answer",
+    "extract_boxed_answer",
+    "response_part",
+    "find_boxes",
+    "top_level",
+    "END_TOKENS",
+    "looks_like_code",
+]
 
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -55,7 +63,7 @@ def response_part(completion: str) -> tuple[str | None, str | None]:
     text = strip_end_tokens(completion)
     cut = text.rfind(THINK_CLOSE)
     if cut >= 0:
-        return text[cut + len(THINK_CLOSE):], None
+        return text[cut + len(THINK_CLOSE) :], None
     if THINK_OPEN in text:
         return None, "cut off during reasoning (<think> without </think>)"
     return text, None
@@ -98,7 +106,7 @@ class Box:
         up front would copy the text once per box (quadratic)."""
         if self.end < 0:
             return ""
-        return self.text[self.text.index("{", self.start) + 1:self.end - 1]
+        return self.text[self.text.index("{", self.start) + 1 : self.end - 1]
 
 
 def top_level(boxes: list[Box]) -> list[Box]:
@@ -153,9 +161,7 @@ def unwrap_boxes(content: str) -> str:
 
 # Between adjacent boxes of one multi-part answer: spaces, commas, "and", "or", $ (and inline-math delimiters,
 # \text{ and }, \quad) — never a newline or a sentence end.
-_BOX_GAP_RE = lre.compile(
-    r"(?:[ \t,$]|\\[()]|\band\b|\bor\b|\\text\s*\{\s*(?:and|or|,)?\s*\}|\\q?quad\b|\\[,;: ])*"
-)
+_BOX_GAP_RE = lre.compile(r"(?:[ \t,$]|\\[()]|\band\b|\bor\b|\\text\s*\{\s*(?:and|or|,)?\s*\}|\\q?quad\b|\\[,;: ])*")
 
 
 def _from_boxes(response: str) -> Extraction | None:
@@ -173,7 +179,7 @@ def _from_boxes(response: str) -> Extraction | None:
         return None
     run = [answers[-1]]
     for b, a in reversed(answers[:-1]):
-        gap = response[b.end:run[0][0].start]
+        gap = response[b.end : run[0][0].start]
         if _BOX_GAP_RE.fullmatch(gap):
             run.insert(0, (b, a))
         else:
@@ -208,16 +214,42 @@ _OP = r"[-+*/×÷xX·⋅]|\\times|\\cdot|\\div"
 _CHAIN_RE = lre.compile(
     rf"(?:\$?(?:{_NUM})\s*(?:{_OP})\s*)+\$?(?:{_NUM})\s*(?:=\s*\$?(?:{_NUM})\s*(?:(?:{_OP})\s*\$?(?:{_NUM})\s*)*)*=\s*(?P<res>-?\$?(?:{_NUM})%?)"
 )
-_NUMBER_RE = lre.compile(rf"(?P<neg>-\s?)?(?P<cur>\\?\$\s?)?(?P<n>(?:{_NUM})(?:\s?/\s?(?:{_NUM}))?)(?P<pct>\s?(?:\\?%|percent\b))?")
+_NUMBER_RE = lre.compile(
+    rf"(?P<neg>-\s?)?(?P<cur>\\?\$\s?)?(?P<n>(?:{_NUM})(?:\s?/\s?(?:{_NUM}))?)(?P<pct>\s?(?:\\?%|percent\b))?"
+)
 _WORDNUM_RE = lre.compile(
     r"\b(?:(?:minus|negative)\s+)?(?:" + "|".join(sorted(NUMBER_WORDS, key=len, reverse=True)) + r")"
     r"(?:[\s-]+(?:and\s+)?(?:" + "|".join(sorted(NUMBER_WORDS, key=len, reverse=True)) + r"))*\b",
     lre.I,
 )
 # Words after which a number is context, not the result ("in 4 weeks", "after 3 days", "per 2 hours").
-_CONTEXT_WORDS = {"in", "after", "per", "within", "over", "every", "each", "for", "from", "by", "at", "on",
-                  "step", "steps", "day", "week", "month", "year", "part", "page", "of",
-                  "not", "than", "except", "without"}  # "5, not 6": a rejected value is not the result
+_CONTEXT_WORDS = {
+    "in",
+    "after",
+    "per",
+    "within",
+    "over",
+    "every",
+    "each",
+    "for",
+    "from",
+    "by",
+    "at",
+    "on",
+    "step",
+    "steps",
+    "day",
+    "week",
+    "month",
+    "year",
+    "part",
+    "page",
+    "of",
+    "not",
+    "than",
+    "except",
+    "without",
+}  # "5, not 6": a rejected value is not the result
 # A clause that restates the result in other units or words ("72 muffins, which is 6 dozen").
 _RESTATE_RE = lre.compile(
     r",\s*(?:which|i\.e\.|that\s+is|that's|or\s+about|or\s+approximately|equivalent|also|so\s+about)\b"
@@ -273,7 +305,7 @@ _DIGIT_RE = lre.compile(r"\d")
 
 
 def _preceding_word(text: str, start: int) -> str:
-    m = _LAST_WORD_RE.search(text[max(0, start - 40):start])
+    m = _LAST_WORD_RE.search(text[max(0, start - 40) : start])
     return m.group(1).lower() if m else ""
 
 
@@ -286,7 +318,7 @@ def _split_equals(text: str) -> list[str]:
     ``==`` (a single linear scan)."""
     parts, start = [], 0
     for i, ch in enumerate(text):
-        if ch == "=" and (i == 0 or text[i - 1] not in "<>!\\") and text[i + 1:i + 2] != "=":
+        if ch == "=" and (i == 0 or text[i - 1] not in "<>!\\") and text[i + 1 : i + 2] != "=":
             parts.append(text[start:i])
             start = i + 1
     parts.append(text[start:])
@@ -350,7 +382,7 @@ _BELOW_AFTER_RE = lre.compile(r"\s*(?:[A-Za-z]+\s+){0,2}below\s+(?:sea\s+level|z
 
 
 def _apply_sign_words(stmt: str, c: _Cand) -> str:
-    after = stmt[c.end:c.end + 60]
+    after = stmt[c.end : c.end + 60]
     if _BELOW_AFTER_RE.match(after):
         if not c.text.startswith("-"):
             return "-" + c.text
@@ -371,7 +403,7 @@ def _bounded(stmt: str, prefer: str) -> str:
         return head[:cut] if cut > 0 else head
     tail = stmt[-MAX_STATEMENT_CHARS:]
     cut = tail.find(" ")
-    return tail[cut + 1:] if cut >= 0 else tail
+    return tail[cut + 1 :] if cut >= 0 else tail
 
 
 _PLAIN_NUMBER_CHARS_RE = lre.compile(r"[-$\\\d.,%\s]+")
@@ -407,7 +439,7 @@ def read_statement(stmt: str, prefer: str) -> tuple[str | None, bool]:
             value = chosen.text.strip()
         else:
             value = _apply_sign_words(stmt, chosen)
-        hedge = bool(_HEDGE_RE.match(stmt[chosen.end:]))
+        hedge = bool(_HEDGE_RE.match(stmt[chosen.end :]))
         return value, hedge
     return None, False
 
@@ -434,8 +466,10 @@ _FENCE_RE = lre.compile(r"```.*?(?:```|\Z)", lre.S)
 # a blank line, or a line break before a list item. The conditions on the neighbours are checked in
 # _sentence_ends (RE2 has no look-arounds).
 _SENTENCE_END_RE = lre.compile(r"(?P<stop>[.!?。])|\n\s*\n|(?P<nl>\n)")
-_CLOSER_RE = lre.compile(r"(?i)^\W*(?:i\s+hope\s+(?:this|that|it)|hope\s+(?:this|that)|let\s+me\s+know|good\s+luck|"
-                        r"have\s+a\s+(?:nice|great|good)|happy\s+to\s+help|feel\s+free)")
+_CLOSER_RE = lre.compile(
+    r"(?i)^\W*(?:i\s+hope\s+(?:this|that|it)|hope\s+(?:this|that)|let\s+me\s+know|good\s+luck|"
+    r"have\s+a\s+(?:nice|great|good)|happy\s+to\s+help|feel\s+free)"
+)
 _DANGLING_RE = lre.compile(
     r"(?:[-+*/=^×÷(\[{,:\\]|\\frac|\b(?:the|a|an|of|to|is|are|was|were|and|or|but|so|then|with|for|by|from|in|on|"
     r"at|as|that|which|we|i|it|this|be|each|per|than|into|has|have|get|gets|equals|plus|minus|times|divided|"
@@ -464,7 +498,7 @@ def _truncated(response: str) -> bool:
     if _DANGLING_RE.search(tail[-80:]):
         return True
     # Unclosed math or braces in the last paragraph: cut off mid-equation.
-    para = tail[tail.rfind("\n\n") + 1:]
+    para = tail[tail.rfind("\n\n") + 1 :]
     if para.count("\\(") > para.count("\\)") or para.count("\\[") > para.count("\\]"):
         return True
     if para.count("$$") % 2 == 1:
@@ -509,7 +543,7 @@ def _list_item_at(text: str, i: int) -> bool:
 def _sentences(text: str) -> list[str]:
     out, last = [], 0
     for m in _sentence_ends(text):
-        out.append(text[last:m.end()])
+        out.append(text[last : m.end()])
         last = m.end()
     out.append(text[last:])
     return [s for s in out if s.strip(" \t\n*#>-")]
@@ -524,7 +558,7 @@ def _from_conclusion(response: str) -> Extraction:
     fence = None
     for fence in _FENCE_RE.finditer(text):
         pass
-    if fence is not None and not text[fence.end():].strip():
+    if fence is not None and not text[fence.end() :].strip():
         return _none("the response ends in a code block (code is not an answer)")
     sentences = _sentences(_FENCE_RE.sub(" ", text))
     while sentences and _CLOSER_RE.match(sentences[-1].strip()) and not _DIGIT_RE.search(sentences[-1]):
@@ -544,7 +578,7 @@ def _last_answer_tag(response: str) -> str | None:
         start = response.rfind("<answer>", 0, close)
         if start < 0:
             return None
-        content = response[start + len("<answer>"):close]
+        content = response[start + len("<answer>") : close]
         if content.strip():
             return content
         close = response.rfind("</answer>", 0, start)
@@ -586,7 +620,11 @@ def _bare_math(body: str) -> str | None:
         return None
     if len(text) > 1 and text.startswith("$") and text.endswith("$"):
         text = text.strip("$").strip()
-    if not text or not ("\\" in text or "^" in text or text[0] in "([") or _WORD3_RE.search(_LATEX_COMMAND_RE.sub(" ", text)):
+    if (
+        not text
+        or not ("\\" in text or "^" in text or text[0] in "([")
+        or _WORD3_RE.search(_LATEX_COMMAND_RE.sub(" ", text))
+    ):
         return None
     return text
 

@@ -66,8 +66,10 @@ def _warn_chars() -> None:
     _count("length_in_chars")
     if not _chars_warned:
         _chars_warned = True
-        log.warning("grpoflow.rewards: no token counts were given, so completion lengths are measured in characters "
-                    "(length parameters such as cosine.max_len are meant in tokens)")
+        log.warning(
+            "grpoflow.rewards: no token counts were given, so completion lengths are measured in characters "
+            "(length parameters such as cosine.max_len are meant in tokens)"
+        )
 
 
 def _tag(name: str) -> tuple[str, str]:
@@ -84,11 +86,15 @@ def accuracy(s: Sample) -> float:
     return 1.0 if s.verdict.correct else 0.0
 
 
-@register("binary", uses_verdict=True, params={
-    "correct": Param(1.0, number(), "reward for a correct answer"),
-    "wrong": Param(-1.0, number(), "reward for a wrong answer"),
-    "no_answer": Param(-0.5, number(), "reward when no final answer is found"),
-})
+@register(
+    "binary",
+    uses_verdict=True,
+    params={
+        "correct": Param(1.0, number(), "reward for a correct answer"),
+        "wrong": Param(-1.0, number(), "reward for a wrong answer"),
+        "no_answer": Param(-0.5, number(), "reward when no final answer is found"),
+    },
+)
 def binary(s: Sample, correct: float, wrong: float, no_answer: float) -> float:
     """The binary verifier of the Qwen2.5-Math recipe: +1 correct, -1 wrong, -0.5 when no answer is found."""
     v = s.verdict
@@ -110,28 +116,34 @@ def strict_format_ok(text: str, think: str, answer: str) -> bool:
     s = text.strip()
     if not (s.startswith(to) and s.endswith(ac)) or len(s) < len(to) + len(ac):
         return False
-    middle = s[len(to):len(s) - len(ac)]
+    middle = s[len(to) : len(s) - len(ac)]
     k = middle.rfind(ao)
     if k < 0:
         return False
     before = middle[:k].rstrip()
-    return before.endswith(tc) and to not in before[:len(before) - len(tc)]
+    return before.endswith(tc) and to not in before[: len(before) - len(tc)]
 
 
-@register("format", params={
-    "reasoning_tag": Param("think", TAG, "tag around the reasoning"),
-    "answer_tag": Param("answer", TAG, "tag around the answer"),
-})
+@register(
+    "format",
+    params={
+        "reasoning_tag": Param("think", TAG, "tag around the reasoning"),
+        "answer_tag": Param("answer", TAG, "tag around the answer"),
+    },
+)
 def format_(s: Sample, reasoning_tag: str, answer_tag: str) -> float:
     """1.0 if the completion is exactly ``<think>…</think><answer>…</answer>`` (whitespace between and around
     the blocks allowed, nothing else), else 0.0."""
     return 1.0 if strict_format_ok(s.text, reasoning_tag, answer_tag) else 0.0
 
 
-@register("tag_count", params={
-    "reasoning_tag": Param("think", TAG, "tag around the reasoning"),
-    "answer_tag": Param("answer", TAG, "tag around the answer"),
-})
+@register(
+    "tag_count",
+    params={
+        "reasoning_tag": Param("think", TAG, "tag around the reasoning"),
+        "answer_tag": Param("answer", TAG, "tag around the answer"),
+    },
+)
 def tag_count(s: Sample, reasoning_tag: str, answer_tag: str) -> float:
     """0.25 for each of ``<think>``, ``</think>``, ``<answer>``, ``</answer>`` that appears exactly once."""
     text = s.text
@@ -147,7 +159,11 @@ def format2(s: Sample) -> float:
     if cut < 0:
         return 0.0
     # Top-level boxes suffice: a non-empty box inside another makes that one non-empty too.
-    return 1.0 if any(_extract.unwrap_boxes(b.content) for b in _extract.top_level(_extract.find_boxes(text[:cut]))) else 0.0
+    return (
+        1.0
+        if any(_extract.unwrap_boxes(b.content) for b in _extract.top_level(_extract.find_boxes(text[:cut])))
+        else 0.0
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -165,16 +181,28 @@ def _cosine_check(p: dict) -> str | None:
 cross_check("cosine")(_cosine_check)
 
 
-@register("cosine", uses_verdict=True, uses_length=True, params={
-    "min_value_wrong": Param(-1.0, number(), "reward of a wrong answer of length 0"),
-    "max_value_wrong": Param(-0.1, number(), "reward of a wrong answer of length >= max_len"),
-    "min_value_correct": Param(0.1, number(), "reward of a correct answer of length >= max_len"),
-    "max_value_correct": Param(1.0, number(), "reward of a correct answer of length 0"),
-    "max_len": Param(30000, integer(exclusiveMinimum=0), "length (tokens) at which the schedule ends"),
-    "clip_len": Param(True, BOOLEAN, "cap progress L/max_len at 1 (false: the cosine keeps oscillating)"),
-})
-def cosine(s: Sample, min_value_wrong: float, max_value_wrong: float, min_value_correct: float,
-           max_value_correct: float, max_len: int, clip_len: bool) -> float:
+@register(
+    "cosine",
+    uses_verdict=True,
+    uses_length=True,
+    params={
+        "min_value_wrong": Param(-1.0, number(), "reward of a wrong answer of length 0"),
+        "max_value_wrong": Param(-0.1, number(), "reward of a wrong answer of length >= max_len"),
+        "min_value_correct": Param(0.1, number(), "reward of a correct answer of length >= max_len"),
+        "max_value_correct": Param(1.0, number(), "reward of a correct answer of length 0"),
+        "max_len": Param(30000, integer(exclusiveMinimum=0), "length (tokens) at which the schedule ends"),
+        "clip_len": Param(True, BOOLEAN, "cap progress L/max_len at 1 (false: the cosine keeps oscillating)"),
+    },
+)
+def cosine(
+    s: Sample,
+    min_value_wrong: float,
+    max_value_wrong: float,
+    min_value_correct: float,
+    max_value_correct: float,
+    max_len: int,
+    clip_len: bool,
+) -> float:
     """Length-scaled correctness (open-r1 ``cosine_scaled_reward``): with progress p = L/max_len, a correct
     answer earns from ``max_value_correct`` (p=0) down to ``min_value_correct`` (p=1); a wrong one (or no answer)
     from ``min_value_wrong`` (p=0) up to ``max_value_wrong`` (p=1): short right answers are best, long wrong
@@ -209,10 +237,13 @@ def length(samples: list[Sample]) -> list[float]:
     return kimi_length([x.length() for x in samples], [x.verdict.correct for x in samples])
 
 
-@register("repetition_penalty", params={
-    "ngram_size": Param(40, integer(minimum=1), "n-gram size in words"),
-    "max_penalty": Param(-0.05, number(maximum=0), "penalty when every n-gram repeats (<= 0)"),
-})
+@register(
+    "repetition_penalty",
+    params={
+        "ngram_size": Param(40, integer(minimum=1), "n-gram size in words"),
+        "max_penalty": Param(-0.05, number(maximum=0), "penalty when every n-gram repeats (<= 0)"),
+    },
+)
 def repetition_penalty(s: Sample, ngram_size: int, max_penalty: float) -> float:
     """open-r1 repetition penalty: ``max_penalty × (1 − distinct n-grams / n-grams)`` over lower-cased words;
     0 for completions shorter than one n-gram."""
@@ -220,7 +251,7 @@ def repetition_penalty(s: Sample, ngram_size: int, max_penalty: float) -> float:
     if max_penalty == 0 or len(words) < ngram_size:
         return 0.0
     total = len(words) - ngram_size + 1
-    distinct = len({tuple(words[i:i + ngram_size]) for i in range(total)})
+    distinct = len({tuple(words[i : i + ngram_size]) for i in range(total)})
     return (1.0 - distinct / total) * max_penalty
 
 
@@ -233,10 +264,18 @@ def _overlong_check(p: dict) -> str | None:
 cross_check("soft_overlong")(_overlong_check)
 
 
-@register("soft_overlong", uses_length=True, params={
-    "max_len": Param(None, nullable(integer(exclusiveMinimum=0)), "maximum completion length in tokens (default: the run's grpo.max_response_length)"),
-    "cache": Param(4096, integer(exclusiveMinimum=0), "soft-punishment interval before max_len, in tokens"),
-})
+@register(
+    "soft_overlong",
+    uses_length=True,
+    params={
+        "max_len": Param(
+            None,
+            nullable(integer(exclusiveMinimum=0)),
+            "maximum completion length in tokens (default: the run's grpo.max_response_length)",
+        ),
+        "cache": Param(4096, integer(exclusiveMinimum=0), "soft-punishment interval before max_len, in tokens"),
+    },
+)
 def soft_overlong(s: Sample, max_len: int, cache: int) -> float:
     """DAPO soft overlong punishment: 0 up to ``max_len − cache`` tokens, then falling linearly to −1 at
     ``max_len``, −1 beyond."""
@@ -274,7 +313,7 @@ def tag_format_match(text: str, reasoning_tag: str = "reasoning", answer_tag: st
     open_answer = text.find(ao, close + len(rc))
     if open_answer < 0 or open_answer + len(ao) >= end:  # (.+?) : at least one character of answer
         return None
-    return text[open_answer + len(ao):end]
+    return text[open_answer + len(ao) : end]
 
 
 def tag_format_text(completion: str, reasoning_tag: str) -> str:
@@ -343,7 +382,7 @@ def check_numbers(s: Sample, reasoning_tag: str, answer_tag: str) -> float:
     start = text.find(ao)
     if start < 0:
         return 0.0
-    body = text[start + len(ao):]
+    body = text[start + len(ao) :]
     end = body.find(ac)
     m = _FIRST_NUMBER_RE.search(body if end < 0 else body[:end])
     if m is None:

@@ -116,7 +116,9 @@ def parse_number(text: str, max_len: int = 200) -> Number | None:
     # A trailing full stop ends a sentence, it is not a decimal point.
     s = _FINAL_STOP_RE.sub(r"\1", s)
     s = s.replace("{,}", ",").replace("\\!", "")
-    s = _THIN_SPACE_THOUSANDS_RE.sub(lambda m: m.group(1) if m.start() and s[m.start() - 1].isdecimal() else m.group(0), s)
+    s = _THIN_SPACE_THOUSANDS_RE.sub(
+        lambda m: m.group(1) if m.start() and s[m.start() - 1].isdecimal() else m.group(0), s
+    )
     s = _SPACING_RE.sub(" ", s)
     s = _DEGREE_RE.sub("", s)
     negate = False
@@ -139,7 +141,7 @@ def parse_number(text: str, max_len: int = 200) -> Number | None:
         if m and m.start() > 0:
             head = s[: m.start()].strip()
             value = _core(head)
-            tail = s[m.start():].lower()
+            tail = s[m.start() :].lower()
             if value is not None and ("percent" in tail or "pct" in tail):
                 percent = True
     if value is None:
@@ -163,9 +165,13 @@ def numbers_equal(pred: Number, gold: Number) -> bool:
 # ---------------------------------------------------------------------------------------------------------------
 # Numbers in words ("seventy-two", "one hundred and five", "minus three")
 
-_UNITS = {w: i for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen".split())}
+_UNITS = {
+    w: i
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+        "seventeen eighteen nineteen".split()
+    )
+}
 _TENS = {w: 10 * (i + 2) for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split())}
 _SCALES = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}
 _WORD_RE = lre.compile(r"[a-z]+", lre.I)

@@ -12,7 +12,20 @@ from typing import Any, Callable
 
 from grpoflow.errors import ConfigError
 
-__all__ = ["Param", "RewardSpec", "REGISTRY", "register", "registry", "check_reward_config", "resolve_params", "number", "integer", "nullable", "BOOLEAN", "TAG"]
+__all__ = [
+    "Param",
+    "RewardSpec",
+    "REGISTRY",
+    "register",
+    "registry",
+    "check_reward_config",
+    "resolve_params",
+    "number",
+    "integer",
+    "nullable",
+    "BOOLEAN",
+    "TAG",
+]
 
 
 @dataclass(frozen=True)
@@ -35,7 +48,11 @@ def integer(**bounds) -> dict:
 
 BOOLEAN = {"type": "boolean"}
 # A bare tag name: the rewards add the angle brackets themselves.
-TAG = {"type": "string", "pattern": r"^[A-Za-z][\w.-]*$", "x-allowed": "a tag name such as think or answer (no angle brackets)"}
+TAG = {
+    "type": "string",
+    "pattern": r"^[A-Za-z][\w.-]*$",
+    "x-allowed": "a tag name such as think or answer (no angle brackets)",
+}
 
 
 def nullable(schema: dict) -> dict:
@@ -60,15 +77,22 @@ class RewardSpec:
 REGISTRY: dict[str, RewardSpec] = {}
 
 
-def register(name: str, *, group: bool = False, uses_length: bool = False, uses_verdict: bool = False,
-             params: dict[str, Param] | None = None):
+def register(
+    name: str,
+    *,
+    group: bool = False,
+    uses_length: bool = False,
+    uses_verdict: bool = False,
+    params: dict[str, Param] | None = None,
+):
     """Declare a reward. Per-sample: ``fn(sample, **params) -> float``; group: ``fn(samples, **params) -> list``."""
 
     def deco(fn: Callable) -> Callable:
         if name in REGISTRY:
             raise ValueError(f"reward {name!r} registered twice")
-        REGISTRY[name] = RewardSpec(name, fn, dict(params or {}), group, (fn.__doc__ or "").strip(),
-                                    uses_length, uses_verdict)
+        REGISTRY[name] = RewardSpec(
+            name, fn, dict(params or {}), group, (fn.__doc__ or "").strip(), uses_length, uses_verdict
+        )
         return fn
 
     return deco
@@ -94,21 +118,33 @@ def check_reward_config(rewards_cfg: dict, where: str = "rewards") -> None:
             raise ConfigError(f"config error: {where}.funcs: unknown reward {name!r} (known: {', '.join(sorted(reg))})")
     dup = sorted({n for n in funcs if funcs.count(n) > 1})
     if dup:
-        raise ConfigError(f"config error: {where}.funcs lists {dup[0]!r} more than once: give each reward once and set its weight in {where}.weights")
+        raise ConfigError(
+            f"config error: {where}.funcs lists {dup[0]!r} more than once: give each reward once and set its weight in {where}.weights"
+        )
     weights = rewards_cfg.get("weights")
     if weights is not None and len(weights) != len(funcs):
         raise ConfigError(f"config error: {where}.weights must be a list of {len(funcs)} numbers, one per func {funcs}")
     for rname, values in (rewards_cfg.get("params") or {}).items():
         if rname not in reg:
-            raise ConfigError(f"config error: {where}.params: unknown reward {rname!r} (known: {', '.join(sorted(reg))})")
+            raise ConfigError(
+                f"config error: {where}.params: unknown reward {rname!r} (known: {', '.join(sorted(reg))})"
+            )
         if rname not in funcs:
-            raise ConfigError(f"config error: {where}.params.{rname}: parameters given for {rname!r}, which is not in {where}.funcs {funcs}: add it to funcs or remove its params")
+            raise ConfigError(
+                f"config error: {where}.params.{rname}: parameters given for {rname!r}, which is not in {where}.funcs {funcs}: add it to funcs or remove its params"
+            )
         spec = reg[rname]
         unknown = sorted(set(values) - set(spec.params))
         if unknown:
             known = ", ".join(sorted(spec.params)) or "none"
-            raise ConfigError(f"config error: {where}.params.{rname}: unknown parameter {unknown[0]!r} (known: {known})")
-        check_schema(values, {"type": "object", "properties": {k: p.schema for k, p in spec.params.items()}}, where=f"{where}.params.{rname}")
+            raise ConfigError(
+                f"config error: {where}.params.{rname}: unknown parameter {unknown[0]!r} (known: {known})"
+            )
+        check_schema(
+            values,
+            {"type": "object", "properties": {k: p.schema for k, p in spec.params.items()}},
+            where=f"{where}.params.{rname}",
+        )
         merged = {**spec.defaults(), **values}
         cross = _CROSS_CHECKS.get(rname)
         msg = cross(merged) if cross else None
@@ -128,7 +164,9 @@ def cross_check(name: str):
     return deco
 
 
-def resolve_params(rewards_cfg: dict, *, max_response_length: int | None = None, where: str = "rewards") -> dict[str, dict]:
+def resolve_params(
+    rewards_cfg: dict, *, max_response_length: int | None = None, where: str = "rewards"
+) -> dict[str, dict]:
     """Every configured reward's parameters with defaults filled (and ``None`` lengths set from the run's
     ``max_response_length``). Validates first."""
     check_reward_config(rewards_cfg, where)

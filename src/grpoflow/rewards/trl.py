@@ -141,8 +141,12 @@ class _Batch:
             )
         if sizes != {g} and not self._warned_size:
             self._warned_size = True
-            log.warning("grpoflow.rewards: group-level rewards computed over groups of %d completions (num_generations "
-                        "is %d): expected in evaluation with num_generations_eval, a bug in training", sizes.pop(), g)
+            log.warning(
+                "grpoflow.rewards: group-level rewards computed over groups of %d completions (num_generations "
+                "is %d): expected in evaluation with num_generations_eval, a bug in training",
+                sizes.pop(),
+                g,
+            )
         return groups
 
     def _log(self, scores: Scores, log_metric) -> None:
@@ -168,8 +172,9 @@ def _reward_fn(batch: _Batch, name: str) -> Callable:
     return fn
 
 
-def build_reward_funcs(rewards_cfg: dict, num_generations: int, *, tokenizer=None,
-                       max_response_length: int | None = None) -> TrlRewards:
+def build_reward_funcs(
+    rewards_cfg: dict, num_generations: int, *, tokenizer=None, max_response_length: int | None = None
+) -> TrlRewards:
     """TRL reward functions and GRPOConfig settings for an experiment's ``rewards`` section.
 
     ``tokenizer``: when given, completions are decoded from ``completion_ids`` exactly as verl decodes them
@@ -178,7 +183,9 @@ def build_reward_funcs(rewards_cfg: dict, num_generations: int, *, tokenizer=Non
     parameters left unset (``soft_overlong.max_len``)."""
     rset = RewardSet(rewards_cfg, max_response_length=max_response_length)
     if rset.needs_groups and num_generations < 2:
-        raise GrpoflowError(f"group-level rewards ({rset.group_funcs or 'per_prompt normalisation'}) need grpo.num_generations >= 2")
+        raise GrpoflowError(
+            f"group-level rewards ({rset.group_funcs or 'per_prompt normalisation'}) need grpo.num_generations >= 2"
+        )
     batch = _Batch(rset, num_generations, tokenizer)
     funcs = [_reward_fn(batch, name) for name in rset.funcs]
     weights = list(rset.weights)

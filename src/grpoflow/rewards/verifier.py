@@ -142,9 +142,12 @@ def _mark_bad_gold(gold: str, problem: str) -> None:
         _bad_golds[gold] = problem
     if new:
         _count("bad_ground_truths")
-        log.warning("grpoflow.rewards: ground truth %r cannot be evaluated (%s): every answer to it is scored "
-                    "'not correct' with an error, without a comparison [see grpoflow.rewards.bad_ground_truths()]",
-                    gold[:120], problem)
+        log.warning(
+            "grpoflow.rewards: ground truth %r cannot be evaluated (%s): every answer to it is scored "
+            "'not correct' with an error, without a comparison [see grpoflow.rewards.bad_ground_truths()]",
+            gold[:120],
+            problem,
+        )
 
 
 _warned = 0
@@ -160,7 +163,12 @@ def _report(kind: str, detail: str, gold: str, pred: str) -> None:
     if n <= 20 or n % 100 == 0:
         log.warning(
             "grpoflow.rewards: %s comparing answer %r with ground truth %r (%s): scored as not correct "
-            "[%d so far; see grpoflow.rewards.stats()]", kind, pred[:120], gold[:120], detail, n,
+            "[%d so far; see grpoflow.rewards.stats()]",
+            kind,
+            pred[:120],
+            gold[:120],
+            detail,
+            n,
         )
 
 
@@ -172,7 +180,9 @@ _CHOICE_RE = lre.compile(
 )
 _GOLD_CHOICE_RE = lre.compile(r"^\s*(?:\\text(?:bf|rm)?\s*\{\s*|\\mathrm\s*\{\s*)?\(?\s*([A-E])\s*\)?\s*\}?\s*$")
 _BASE_RE = lre.compile(r"^\s*(?:\\text\s*\{)?([0-9A-Za-z]+)\}?\s*_\s*\{?\s*(\d{1,2})\s*\}?\s*$")
-_HEDGE_WORD_RE = lre.compile(r"\\text\s*\{\s*or\s*\}|(?:^|[^a-z])or(?:[^a-z]|$)|\\lor\b|\\vee\b|\bmaybe\b|\beither\b", lre.I)
+_HEDGE_WORD_RE = lre.compile(
+    r"\\text\s*\{\s*or\s*\}|(?:^|[^a-z])or(?:[^a-z]|$)|\\lor\b|\\vee\b|\bmaybe\b|\beither\b", lre.I
+)
 _LIST_SPLIT_RE = lre.compile(r"\s*(?:,|;|\\text\s*\{\s*,?\s*and\s*\}|\band\b)\s*")
 _THOUSANDS_RE = lre.compile(r"^\s*[-+]?\\?\$?\d{1,3}(?:,\d{3})+(?:\.\d+)?\s*$")
 # Inputs that would make sympy compute for minutes or exhaust memory: towers of exponents, factorials of large
@@ -191,9 +201,23 @@ MAX_COMPLETION_CHARS = 1_000_000
 
 
 # Unicode math symbols models write inside boxes, as the LaTeX math-verify and the exact-number path read.
-_UNICODE_LATEX = {"∞": "\\infty ", "π": "\\pi ", "×": "\\times ", "·": "\\cdot ", "⋅": "\\cdot ", "÷": "\\div ",
-                  "≤": "\\le ", "≥": "\\ge ", "≠": "\\neq ", "±": "\\pm ", "∪": "\\cup ", "∩": "\\cap ",
-                  "²": "^{2}", "³": "^{3}", **{m: "-" for m in MINUS_SIGNS}}
+_UNICODE_LATEX = {
+    "∞": "\\infty ",
+    "π": "\\pi ",
+    "×": "\\times ",
+    "·": "\\cdot ",
+    "⋅": "\\cdot ",
+    "÷": "\\div ",
+    "≤": "\\le ",
+    "≥": "\\ge ",
+    "≠": "\\neq ",
+    "±": "\\pm ",
+    "∪": "\\cup ",
+    "∩": "\\cap ",
+    "²": "^{2}",
+    "³": "^{3}",
+    **{m: "-" for m in MINUS_SIGNS},
+}
 
 
 def unicode_math_to_latex(text: str) -> str:
@@ -249,15 +273,15 @@ def _clean_gold(gold: str) -> str:
     if g.startswith("$") and g.endswith("$") and len(g) > 1:
         g = g.strip("$").strip()
     boxed = _extract.find_boxes(g)
-    if len(boxed) == 1 and boxed[0].end >= 0 and not g[: boxed[0].start].strip() and not g[boxed[0].end:].strip():
+    if len(boxed) == 1 and boxed[0].end >= 0 and not g[: boxed[0].start].strip() and not g[boxed[0].end :].strip():
         g = _extract.unwrap_boxes(boxed[0].content)
     return g
 
 
 def _thousands_group_at(t: str, i: int) -> bool:
     """``t[i]`` is a comma followed by exactly three digits (",680" in "1,680")."""
-    group = t[i + 1:i + 4]
-    return len(group) == 3 and group.isdecimal() and not t[i + 4:i + 5].isdecimal()
+    group = t[i + 1 : i + 4]
+    return len(group) == 3 and group.isdecimal() and not t[i + 4 : i + 5].isdecimal()
 
 
 def _ends_in_short_number(text: str) -> bool:
@@ -290,7 +314,7 @@ def _split_list(text: str) -> list[str] | None:
     while i < len(t):
         ch = t[i]
         if ch == "\\":  # a command or escape (\{, \,, \text): never a list separator itself
-            depth += {"{": 1, "}": -1}.get(t[i + 1:i + 2], 0)
+            depth += {"{": 1, "}": -1}.get(t[i + 1 : i + 2], 0)
             if t.startswith("\\text", i):
                 m = _LIST_SPLIT_RE.match(t, i)
                 if depth == 0 and m and m.end() > i:
@@ -458,7 +482,9 @@ def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None
         mm = _BASE_RE.match(answer)
         pred = mm.group(1).upper() if mm and mm.group(2) == base else answer.strip().strip("$").upper()
         pred = _UPPER_TEXT_CMD_RE.sub(r"\1", pred).strip()
-        return ((True, "base", None) if pred.lstrip("0") == digits.lstrip("0") else (False, "base", "wrong answer")), None
+        return (
+            (True, "base", None) if pred.lstrip("0") == digits.lstrip("0") else (False, "base", "wrong answer")
+        ), None
     # Lists ("all solutions") against single values and lists of plain numbers: settled without sympy.
     a_items, g_items = (None if plain else _split_list(answer)), g.items
     if a_items and not g_items and g.number is not None:
@@ -492,7 +518,7 @@ _LATEX_NOISE_RE = lre.compile(r"\\left|\\right|\\[,;:! ]|\\displaystyle|\s+|\$")
 
 
 def _latex_key(text: str) -> str:
-    """LaTeX with spacing, sizing and math delimiters removed, and \dfrac/\tfrac written \frac."""
+    """LaTeX with spacing, sizing and math delimiters removed, and \\dfrac/\tfrac written \frac."""
     return _LATEX_NOISE_RE.sub("", text).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
 
 
@@ -578,7 +604,9 @@ def _verify_cached(completion: str, ground_truth: str, ext: _extract.Extraction 
 def _verify(completion: str, ground_truth: str, ext: _extract.Extraction | None = None) -> Verdict:
     if len(completion) > MAX_COMPLETION_CHARS:
         _count("guarded")
-        return Verdict(False, False, None, None, f"no answer: completion longer than {MAX_COMPLETION_CHARS:,} characters")
+        return Verdict(
+            False, False, None, None, f"no answer: completion longer than {MAX_COMPLETION_CHARS:,} characters"
+        )
     ext = ext if ext is not None else _extract.extract_answer(completion)
     if ext.answer is None:
         return Verdict(False, False, None, None, f"no answer: {ext.reason}")
@@ -597,7 +625,7 @@ def is_correct(completion: str, ground_truth: str) -> bool:
 
 
 def within_tolerance(completion: str, ground_truth: str, rel_tol: float = 0.1) -> bool:
-    """"Partial accuracy" (the TPU recipe): the final answer is a number within ±``rel_tol`` of a numeric ground
+    """ "Partial accuracy" (the TPU recipe): the final answer is a number within ±``rel_tol`` of a numeric ground
     truth (correct answers included). Non-numeric answers or ground truths are never partially correct."""
     verdict = verify(completion, ground_truth)
     if verdict.correct:
@@ -610,8 +638,10 @@ def within_tolerance(completion: str, ground_truth: str, rel_tol: float = 0.1) -
     return abs(a.value - g.value) <= abs(g.value) * Fraction(str(rel_tol))
 
 
-def format_ok(completion: str, *, style: str = "boxed", reasoning_tag: str = "think", answer_tag: str = "answer") -> bool:
-    """"Format accuracy": did the completion follow the answer format?
+def format_ok(
+    completion: str, *, style: str = "boxed", reasoning_tag: str = "think", answer_tag: str = "answer"
+) -> bool:
+    """ "Format accuracy": did the completion follow the answer format?
 
     - ``style="boxed"`` (Qwen3 / MATH style): the reasoning block, if opened, is closed, and the final answer is
       read from a ``\\boxed{}`` after it.

@@ -106,8 +106,9 @@ def _rewards_cfg(reward_kwargs: dict) -> dict:
     return {k: _plain(reward_kwargs[k]) for k in keys if k in reward_kwargs and reward_kwargs[k] is not None}
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None,
-                  **reward_kwargs: Any) -> dict[str, float]:
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None, **reward_kwargs: Any
+) -> dict[str, float]:
     """verl 0.9.1 custom reward function (``reward.custom_reward_function.name=compute_score``).
 
     Per-sample rewards and their weighted sum; group-level terms are left to the ``grpoflow`` estimator. Never
@@ -119,11 +120,18 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     score = rset.sample_total(components)
     verdict = sample.verdict
     if not math.isfinite(score) or abs(score) > 1e30:  # weights overflowing float32: never hand verl inf/NaN
-        raise ConfigError(f"config error: reward_kwargs produce a non-finite score {score} ({components}): check weights and params")
+        raise ConfigError(
+            f"config error: reward_kwargs produce a non-finite score {score} ({components}): check weights and params"
+        )
     if rset.group_funcs:
         score = tag_score(score, verdict.correct)
-    out = {"score": score, **components, "acc": float(verdict.correct), "answer_found": float(verdict.found),
-           "verify_error": float(verdict.error)}
+    out = {
+        "score": score,
+        **components,
+        "acc": float(verdict.correct),
+        "answer_found": float(verdict.found),
+        "verify_error": float(verdict.error),
+    }
     return out
 
 
@@ -144,7 +152,9 @@ def hydra_overrides(rewards_cfg: dict, *, max_response_length: int | None = None
     rset = RewardSet(rewards_cfg, max_response_length=max_response_length)
     unsupported = [f for f in rset.group_funcs if f not in GROUP_REWARDS]
     if unsupported:
-        raise ConfigError(f"config error: rewards.funcs: group-level reward(s) {unsupported} have no verl implementation")
+        raise ConfigError(
+            f"config error: rewards.funcs: group-level reward(s) {unsupported} have no verl implementation"
+        )
     kw = "+reward.custom_reward_function.reward_kwargs"
     out = [
         # By module name, not file path: the command does not change when the project moves, and every node

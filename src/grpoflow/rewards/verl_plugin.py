@@ -60,16 +60,28 @@ def _settings(config) -> dict:
     }
 
 
-def compute_grpoflow_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
-                               epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool | None = None, config=None,
-                               **kwargs):
+def compute_grpoflow_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool | None = None,
+    config=None,
+    **kwargs,
+):
     """GRPO advantages with grpoflow's group-level reward terms (Kimi length, per-prompt z-norm) applied first."""
     s = _settings(config)
     if norm_adv_by_std_in_grpo is None:
         norm_adv_by_std_in_grpo = bool(config.get("norm_adv_by_std_in_grpo", True)) if config is not None else True
     if s["length_weight"] == 0.0 and s["normalize"] == "none":
-        return compute_grpo_outcome_advantage(token_level_rewards, response_mask, index, epsilon=epsilon,
-                                              norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, config=config)
+        return compute_grpo_outcome_advantage(
+            token_level_rewards,
+            response_mask,
+            index,
+            epsilon=epsilon,
+            norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+            config=config,
+        )
     scores = token_level_rewards.sum(dim=-1).detach().float().cpu().numpy()
     rewards = scores.astype(np.float64)
     if s["length_weight"] != 0.0:
@@ -98,8 +110,9 @@ def compute_grpoflow_advantage(token_level_rewards: torch.Tensor, response_mask:
     shaped = torch.zeros_like(token_level_rewards, dtype=torch.float32)
     last = (response_mask.sum(dim=-1) - 1).clamp(min=0).long()
     shaped[torch.arange(shaped.shape[0]), last] = torch.as_tensor(rewards, dtype=torch.float32)
-    return compute_grpo_outcome_advantage(shaped, response_mask, index, epsilon=epsilon,
-                                          norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, config=config)
+    return compute_grpo_outcome_advantage(
+        shaped, response_mask, index, epsilon=epsilon, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, config=config
+    )
 
 
 # Loaded twice (by VERL_USE_EXTERNAL_MODULES and as the reward manager module) it registers once.

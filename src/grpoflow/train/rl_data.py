@@ -14,5 +14,7 @@ def read_rl_rows(parquet: str, what: str) -> list[dict]:
     rows = read_records(parquet, what=what)
     missing = [c for c in RL_COLUMNS if c not in rows[0]]
     if missing:
-        raise DataError(f"{what} ({parquet}): no {', '.join(missing)} column: not a verl RL Parquet; write it with the convert_to_parquet rule")
+        raise DataError(
+            f"{what} ({parquet}): no {', '.join(missing)} column: not a verl RL Parquet; write it with the convert_to_parquet rule"
+        )
     return rows

@@ -55,7 +55,9 @@ def row_completion(row: dict) -> str:
 def sft_examples(train_parquet: str) -> list[dict]:
     """Prompt/completion chat examples (TRL's conversational prompt-completion format) from verl RL rows."""
     rows = read_rl_rows(train_parquet, "the demo SFT data (demo.sft.dataset / demo.sft.split)")
-    return [{"prompt": row["prompt"], "completion": [{"role": "assistant", "content": row_completion(row)}]} for row in rows]
+    return [
+        {"prompt": row["prompt"], "completion": [{"role": "assistant", "content": row_completion(row)}]} for row in rows
+    ]
 
 
 def _stop_and_save_callback(spec: dict, out: Path):
@@ -85,7 +87,9 @@ def run_sft(spec: dict, model_dir: str, train_parquet: str, run_dir: str) -> dic
     """Train ``model_dir`` on ``train_parquet`` per ``spec`` (the config's ``demo.sft``) into ``run_dir``."""
     schedule_steps = spec.get("schedule_steps") or spec["max_steps"]
     if schedule_steps < spec["max_steps"]:
-        raise ConfigError(f"config error: demo.sft.schedule_steps = {schedule_steps} is shorter than demo.sft.max_steps = {spec['max_steps']}: make it >= max_steps (or null)")
+        raise ConfigError(
+            f"config error: demo.sft.schedule_steps = {schedule_steps} is shorter than demo.sft.max_steps = {spec['max_steps']}: make it >= max_steps (or null)"
+        )
 
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -118,7 +122,11 @@ def run_sft(spec: dict, model_dir: str, train_parquet: str, run_dir: str) -> dic
             dataset_num_proc=None,
         )
         trainer = SFTTrainer(
-            model=model, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=[_stop_and_save_callback(spec, out)]
+            model=model,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[_stop_and_save_callback(spec, out)],
         )
         trainer.train()
         step = trainer.state.global_step

@@ -50,17 +50,25 @@ def check_trl_experiment(name: str, exp: dict, cfg=None) -> None:
     G, completions = grpo["num_generations"], grpo["prompts_per_step"] * grpo["num_generations"]
     where = f"config error: experiments.{name}"
     if G < 2:
-        raise ConfigError(f"{where}.grpo.num_generations = {G}: GRPO compares completions within a prompt's group, so it needs at least 2")
+        raise ConfigError(
+            f"{where}.grpo.num_generations = {G}: GRPO compares completions within a prompt's group, so it needs at least 2"
+        )
     micro = trl["completions_per_device_batch"]
     if micro is not None and completions % micro:
-        raise ConfigError(f"{where}.trl.completions_per_device_batch = {micro} does not divide the {completions} completions of a step (grpo.prompts_per_step × num_generations = {grpo['prompts_per_step']} × {G}): use a divisor of {completions}")
+        raise ConfigError(
+            f"{where}.trl.completions_per_device_batch = {micro} does not divide the {completions} completions of a step (grpo.prompts_per_step × num_generations = {grpo['prompts_per_step']} × {G}): use a divisor of {completions}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     from grpoflow.workflow import guarded, setup_logging
 
-    parser = argparse.ArgumentParser(prog="python -m grpoflow.train.trl_grpo", description="GRPO training with TRL (the trl backend of train_grpo).")
-    parser.add_argument("--spec", required=True, help="JSON training spec, as composed by grpoflow.train.trl_grpo.command")
+    parser = argparse.ArgumentParser(
+        prog="python -m grpoflow.train.trl_grpo", description="GRPO training with TRL (the trl backend of train_grpo)."
+    )
+    parser.add_argument(
+        "--spec", required=True, help="JSON training spec, as composed by grpoflow.train.trl_grpo.command"
+    )
     args = parser.parse_args(argv)
     setup_logging()
     try:

@@ -66,7 +66,13 @@ REPEATED_SIGNAL_S = 5.0
 
 # Settings that do not change what the steps already trained did: a rerun may change them and still resume
 # (total_steps only while the learning-rate schedule does not depend on it: training_settings).
-RESUMABLE_CHANGES = {("grpo", "total_steps"), ("grpo", "save_freq"), ("grpo", "max_checkpoints_to_keep"), ("grpo", "report_to"), ("trl", "logging_steps")}
+RESUMABLE_CHANGES = {
+    ("grpo", "total_steps"),
+    ("grpo", "save_freq"),
+    ("grpo", "max_checkpoints_to_keep"),
+    ("grpo", "report_to"),
+    ("trl", "logging_steps"),
+}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -118,7 +124,11 @@ def training_settings(spec: dict) -> dict:
 
 def identity(spec: dict, model_path: str) -> dict:
     """What the checkpoints are trained from (grpoflow.checkpoint_record): settings, start model, data content."""
-    return {"settings": training_settings(spec), "start_model": model_fingerprint(model_path), "data": data_fingerprint(spec["train"])}
+    return {
+        "settings": training_settings(spec),
+        "start_model": model_fingerprint(model_path),
+        "data": data_fingerprint(spec["train"]),
+    }
 
 
 def prepare_checkpoint_dir(spec: dict, model_path: str) -> tuple[int, Path] | None:
@@ -128,9 +138,17 @@ def prepare_checkpoint_dir(spec: dict, model_path: str) -> tuple[int, Path] | No
     latest = latest_complete(ckpt_dir)
     total = spec["grpo"]["total_steps"]
     if latest and latest[0] > total:
-        raise ConfigError(f"config error: experiments.{spec['experiment']}.grpo.total_steps = {total} but {latest[1]} is already past it: raise total_steps, or delete {ckpt_dir} to train from scratch")
-    record.check(ckpt_dir, identity(spec, model_path), latest=latest[0] if latest else None, finished=bool(latest) and latest[0] == total,
-                 allow_change=spec.get("resume_across_changes", False), where=f"experiments.{spec['experiment']}")
+        raise ConfigError(
+            f"config error: experiments.{spec['experiment']}.grpo.total_steps = {total} but {latest[1]} is already past it: raise total_steps, or delete {ckpt_dir} to train from scratch"
+        )
+    record.check(
+        ckpt_dir,
+        identity(spec, model_path),
+        latest=latest[0] if latest else None,
+        finished=bool(latest) and latest[0] == total,
+        allow_change=spec.get("resume_across_changes", False),
+        where=f"experiments.{spec['experiment']}",
+    )
     latest_step = latest[0] if latest else 0
     for step, path in checkpoints(ckpt_dir).items():
         if step > latest_step and not is_complete(path, step):
@@ -159,11 +177,26 @@ def load_prompts(parquet: str, tokenizer, max_prompt_length: int, where: str):
     lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
     kept = [r for r, n in zip(rows, lengths) if n <= max_prompt_length]
     if not kept:
-        raise DataError(f"every prompt of {parquet} is longer than {where}.grpo.max_prompt_length = {max_prompt_length} tokens (shortest: {min(lengths, default=0)}): raise max_prompt_length")
+        raise DataError(
+            f"every prompt of {parquet} is longer than {where}.grpo.max_prompt_length = {max_prompt_length} tokens (shortest: {min(lengths, default=0)}): raise max_prompt_length"
+        )
     if len(kept) < len(rows):
-        log.warning("dropped %d of %d prompts longer than grpo.max_prompt_length = %d tokens", len(rows) - len(kept), len(rows), max_prompt_length)
+        log.warning(
+            "dropped %d of %d prompts longer than grpo.max_prompt_length = %d tokens",
+            len(rows) - len(kept),
+            len(rows),
+            max_prompt_length,
+        )
     return Dataset.from_list(
-        [{"prompt": r["prompt"], "ground_truth": r["reward_model"]["ground_truth"], "data_source": r.get("data_source"), "extra_info": r.get("extra_info") or {}} for r in kept]
+        [
+            {
+                "prompt": r["prompt"],
+                "ground_truth": r["reward_model"]["ground_truth"],
+                "data_source": r.get("data_source"),
+                "extra_info": r.get("extra_info") or {},
+            }
+            for r in kept
+        ]
     )
 
 
@@ -262,7 +295,10 @@ def grpo_config_kwargs(spec: dict) -> dict:
         # TRL defaults to bf16 and gradient checkpointing; on CPU both only slow training down (or fail).
         bf16=not trl["use_cpu"],
         gradient_checkpointing=not trl["use_cpu"],
-        model_init_kwargs={"dtype": "float32" if trl["use_cpu"] else "auto", "trust_remote_code": spec["trust_remote_code"]},
+        model_init_kwargs={
+            "dtype": "float32" if trl["use_cpu"] else "auto",
+            "trust_remote_code": spec["trust_remote_code"],
+        },
         remove_unused_columns=False,
         report_to=list(grpo["report_to"]),
         # The per-step progress line (grpoflow.progress) replaces tqdm's bar, which a log file shows as one endless line.
@@ -290,7 +326,13 @@ def peft_config(lora: dict):
         return None
     from peft import LoraConfig
 
-    return LoraConfig(r=lora["rank"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"], target_modules=lora["target_modules"], task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=lora["rank"],
+        lora_alpha=lora["alpha"],
+        lora_dropout=lora["dropout"],
+        target_modules=lora["target_modules"],
+        task_type="CAUSAL_LM",
+    )
 
 
 def run_training(spec: dict) -> dict:
@@ -317,9 +359,13 @@ def train(spec: dict, model_path: str, resume: Path | None) -> int:
     grpo, where = spec["grpo"], f"experiments.{spec['experiment']}"
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=spec["trust_remote_code"])
     if tokenizer.chat_template is None:
-        raise DataError(f"the start model's tokenizer ({model_path}) has no chat template: GRPO renders the dataset's chat prompts with it; use an SFT checkpoint saved with its tokenizer")
+        raise DataError(
+            f"the start model's tokenizer ({model_path}) has no chat template: GRPO renders the dataset's chat prompts with it; use an SFT checkpoint saved with its tokenizer"
+        )
     dataset = load_prompts(spec["train"], tokenizer, grpo["max_prompt_length"], where)
-    rewards = build_reward_funcs(spec["rewards"], grpo["num_generations"], tokenizer=tokenizer, max_response_length=grpo["max_response_length"])
+    rewards = build_reward_funcs(
+        spec["rewards"], grpo["num_generations"], tokenizer=tokenizer, max_response_length=grpo["max_response_length"]
+    )
     args = grpo_config(spec, rewards.config_kwargs)
     torch.manual_seed(grpo["seed"])
     trainer = GRPOTrainer(
@@ -333,7 +379,12 @@ def train(spec: dict, model_path: str, resume: Path | None) -> int:
     )
     started = time.time()
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    log.info("training stopped at step %d of %d after %.0f s", trainer.state.global_step, grpo["total_steps"], time.time() - started)
+    log.info(
+        "training stopped at step %d of %d after %.0f s",
+        trainer.state.global_step,
+        grpo["total_steps"],
+        time.time() - started,
+    )
     return trainer.state.global_step
 
 
@@ -342,10 +393,14 @@ def finish(spec: dict, model_path: str, final_step: int) -> dict:
     name, total = spec["experiment"], spec["grpo"]["total_steps"]
     ckpt_dir = Path(spec["checkpoint_dir"])
     if final_step != total:
-        raise GrpoflowError(f"training of {name} stopped at step {final_step} of grpo.total_steps = {total} (interrupted); the checkpoints in {ckpt_dir} are kept: rerun to resume")
+        raise GrpoflowError(
+            f"training of {name} stopped at step {final_step} of grpo.total_steps = {total} (interrupted); the checkpoints in {ckpt_dir} are kept: rerun to resume"
+        )
     final = ckpt_dir / f"checkpoint-{final_step}"
     if not is_complete(final, final_step):
-        raise GrpoflowError(f"training of {name} reached step {final_step} but {final} is missing or incomplete: rerun to save it again")
+        raise GrpoflowError(
+            f"training of {name} reached step {final_step} but {final} is missing or incomplete: rerun to save it again"
+        )
     live = ckpt_dir / LIVE_METRICS
     rows = [r for r in read_metrics(live) if r["step"] <= final_step]
     if not rows:

@@ -1,8 +1,8 @@
 """Reading a verl checkpoint dir (``trainer.default_local_dir``)::
 
-    latest_checkpointed_iteration.txt     last completed save (what resume_mode=auto reads)
-    global_step_N/actor/                  per-rank shards, fsdp_config.json, huggingface/ (rank 0)
-    global_step_N/data.pt                 dataloader state
+latest_checkpointed_iteration.txt     last completed save (what resume_mode=auto reads)
+global_step_N/actor/                  per-rank shards, fsdp_config.json, huggingface/ (rank 0)
+global_step_N/data.pt                 dataloader state
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ def latest_step(checkpoint_dir: str | os.PathLike) -> int | None:
         return None
     text = path.read_text(encoding="utf-8").strip()
     if not text.isdigit():
-        raise DataError(f"{path} holds {text!r}, not a step number: it was damaged; write the last complete step into it (see the global_step_N dirs) or delete it to start over")
+        raise DataError(
+            f"{path} holds {text!r}, not a step number: it was damaged; write the last complete step into it (see the global_step_N dirs) or delete it to start over"
+        )
     return int(text)
 
 
@@ -52,19 +54,44 @@ def is_complete(checkpoint_dir: str | os.PathLike, step: int) -> bool:
 # able to resume with offloading or smaller micro-batches). The cluster shape is not here either: verl's FSDP
 # shards are per rank, so verl itself refuses to load them on another world size.
 NOT_TRAINING = {
-    "trainer.total_training_steps", "trainer.total_epochs", "trainer.save_freq", "trainer.max_actor_ckpt_to_keep",
-    "trainer.max_critic_ckpt_to_keep", "trainer.resume_mode", "trainer.resume_from_path", "trainer.default_local_dir",
-    "trainer.val_before_train", "trainer.test_freq", "trainer.logger", "trainer.project_name", "trainer.experiment_name",
-    "trainer.n_gpus_per_node", "trainer.nnodes", "data.val_files",
-    "actor_rollout_ref.model.path", "data.train_files",  # identified by content instead (start_model, data)
-    "actor_rollout_ref.model.enable_gradient_checkpointing", "actor_rollout_ref.actor.fsdp_config.param_offload",
-    "actor_rollout_ref.actor.fsdp_config.optimizer_offload", "actor_rollout_ref.rollout.gpu_memory_utilization",
-    "actor_rollout_ref.rollout.enforce_eager", "actor_rollout_ref.rollout.free_cache_engine",
-    "actor_rollout_ref.rollout.tensor_model_parallel_size", "reward.num_workers",
+    "trainer.total_training_steps",
+    "trainer.total_epochs",
+    "trainer.save_freq",
+    "trainer.max_actor_ckpt_to_keep",
+    "trainer.max_critic_ckpt_to_keep",
+    "trainer.resume_mode",
+    "trainer.resume_from_path",
+    "trainer.default_local_dir",
+    "trainer.val_before_train",
+    "trainer.test_freq",
+    "trainer.logger",
+    "trainer.project_name",
+    "trainer.experiment_name",
+    "trainer.n_gpus_per_node",
+    "trainer.nnodes",
+    "data.val_files",
+    "actor_rollout_ref.model.path",
+    "data.train_files",  # identified by content instead (start_model, data)
+    "actor_rollout_ref.model.enable_gradient_checkpointing",
+    "actor_rollout_ref.actor.fsdp_config.param_offload",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
+    "actor_rollout_ref.rollout.gpu_memory_utilization",
+    "actor_rollout_ref.rollout.enforce_eager",
+    "actor_rollout_ref.rollout.free_cache_engine",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size",
+    "reward.num_workers",
 }
 # The same kinds of knobs as they appear in verl.extra_overrides (any section).
-NOT_TRAINING_SUFFIXES = ("micro_batch_size_per_gpu", "max_token_len_per_gpu", "param_offload", "optimizer_offload",
-                         "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "enforce_eager")
+NOT_TRAINING_SUFFIXES = (
+    "micro_batch_size_per_gpu",
+    "max_token_len_per_gpu",
+    "param_offload",
+    "optimizer_offload",
+    "gpu_memory_utilization",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "enforce_eager",
+)
 
 
 def training_settings(overrides: dict[str, str]) -> dict[str, str]:
@@ -74,8 +101,11 @@ def training_settings(overrides: dict[str, str]) -> dict[str, str]:
     # Paths inside the project (the reward module: $PWD/src/...) as relative ones: moving the project, or a node
     # that mounts it elsewhere, is not a change of settings.
     root = os.getcwd().rstrip("/") + "/"
-    out = {k: v[len(root):] if v.startswith(root) else v for k, v in overrides.items()
-           if k not in NOT_TRAINING and not k.endswith(NOT_TRAINING_SUFFIXES)}
+    out = {
+        k: v[len(root) :] if v.startswith(root) else v
+        for k, v in overrides.items()
+        if k not in NOT_TRAINING and not k.endswith(NOT_TRAINING_SUFFIXES)
+    }
     scheduler = overrides.get("actor_rollout_ref.actor.optim.lr_scheduler_type", "constant")
     warmup = overrides.get("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", "0")
     if scheduler != "constant" or warmup not in ("0", "0.0"):
@@ -110,7 +140,9 @@ def rotate(checkpoint_dir: str | os.PathLike, keep: int | None, protect: set[int
     if complete:
         kept.add(complete[-1])
     if latest is not None:
-        kept.add(latest)  # what resume_mode=auto will load, even if it looks incomplete here: verl must say so, not start over
+        kept.add(
+            latest
+        )  # what resume_mode=auto will load, even if it looks incomplete here: verl must say so, not start over
     removed = []
     for step in sorted(dirs):
         if step in kept:

@@ -40,10 +40,15 @@ def command(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -
     env = environment(exp)
     prefix = ("env " + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items())) + " ") if env else ""
     wrapper = [
-        "python", "-m", "grpoflow.verl.train",
-        "--marker", outputs["marker"],
-        "--metrics", outputs["metrics"],
-        "--config-hash", training_hash(exp),
+        "python",
+        "-m",
+        "grpoflow.verl.train",
+        "--marker",
+        outputs["marker"],
+        "--metrics",
+        outputs["metrics"],
+        "--config-hash",
+        training_hash(exp),
     ]
     if exp["resume_across_changes"]:
         wrapper.append("--resume-across-changes")

@@ -103,7 +103,12 @@ class Architecture:
 
     def lora_params(self, rank: int) -> int:
         """Trainable LoRA parameters on all linear layers (verl's target_modules: all-linear)."""
-        h, q, kv, i = self.hidden_size, self.num_attention_heads * self.head_dim, self.num_kv_heads * self.head_dim, self.intermediate_size
+        h, q, kv, i = (
+            self.hidden_size,
+            self.num_attention_heads * self.head_dim,
+            self.num_kv_heads * self.head_dim,
+            self.intermediate_size,
+        )
         shapes = [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)]
         return self.num_layers * sum(rank * (a + b) for a, b in shapes)
 
@@ -203,8 +208,10 @@ class Breakdown:
         terms = " + ".join(f"{k} {v:.1f}" for k, v in p.terms.items() if v >= 0.05)
         others = ", ".join(f"{q.name} {q.total:.1f}" for q in self.phases if q is not p)
         verdict = "fits" if self.fits else "DOES NOT FIT"
-        return (f"GPU memory per GPU ({self.arch}): peak at {p.name}: {terms} = {p.total:.1f} GiB of {self.capacity:.1f}, "
-                f"margin {self.margin:+.1f} GiB, {verdict} (other phases: {others}); host RAM per node {self.host_needed:.0f} of {self.host_capacity:.0f} GiB")
+        return (
+            f"GPU memory per GPU ({self.arch}): peak at {p.name}: {terms} = {p.total:.1f} GiB of {self.capacity:.1f}, "
+            f"margin {self.margin:+.1f} GiB, {verdict} (other phases: {others}); host RAM per node {self.host_needed:.0f} of {self.host_capacity:.0f} GiB"
+        )
 
 
 def estimate(name: str, exp: dict) -> Breakdown | None:
@@ -219,7 +226,9 @@ def estimate(name: str, exp: dict) -> Breakdown | None:
     fsdp_size = _override(verl, "actor_rollout_ref.actor.fsdp_config.fsdp_size", -1)
     shards = gpus if fsdp_size in (-1, 0) else min(fsdp_size, gpus)
     master = DTYPE_BYTES[verl["model_dtype"]]
-    offload_policy = verl.get("offload_policy", False) or _override(verl, "actor_rollout_ref.actor.fsdp_config.offload_policy", False)
+    offload_policy = verl.get("offload_policy", False) or _override(
+        verl, "actor_rollout_ref.actor.fsdp_config.offload_policy", False
+    )
     lora = grpo["lora"]["rank"]
     P = arch.params
     trainable = arch.lora_params(lora) if lora else P
@@ -267,7 +276,12 @@ def estimate(name: str, exp: dict) -> Breakdown | None:
     fixed_trainer = CUDA_CONTEXT_GIB + NCCL_GIB
     vllm_awake = rollout["gpu_memory_utilization"] * capacity
     vllm_asleep = CUDA_CONTEXT_GIB + VLLM_ASLEEP_GIB
-    bucket = _override(verl, "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes", WEIGHT_SYNC_BUCKET_MB) / 1024
+    bucket = (
+        _override(
+            verl, "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes", WEIGHT_SYNC_BUCKET_MB
+        )
+        / 1024
+    )
 
     def with_frag(phase: Phase, trainer_keys: list[str]) -> Phase:
         phase.terms["fragmentation"] = FRAGMENTATION * sum(phase.terms[k] for k in trainer_keys)
@@ -277,33 +291,80 @@ def estimate(name: str, exp: dict) -> Breakdown | None:
     # (zero_grad on leaving train mode).
     r_params = 0.0 if verl["param_offload"] else params
     r_adam = 0.0 if verl["optimizer_offload"] else adam
-    rollout_phase = with_frag(Phase("rollout (vLLM awake, from step 2)", {
-        "vLLM (util × memory)": vllm_awake, "actor params": r_params, "AdamW state": r_adam,
-        "CUDA/NCCL": fixed_trainer + CUDA_CONTEXT_GIB,
-    }), ["actor params", "AdamW state"])
+    rollout_phase = with_frag(
+        Phase(
+            "rollout (vLLM awake, from step 2)",
+            {
+                "vLLM (util × memory)": vllm_awake,
+                "actor params": r_params,
+                "AdamW state": r_adam,
+                "CUDA/NCCL": fixed_trainer + CUDA_CONTEXT_GIB,
+            },
+        ),
+        ["actor params", "AdamW state"],
+    )
     # Weight sync (engine_workers.py update_weights): vLLM's weights are resumed first, then verl gathers each full
     # tensor in bf16 and copies it through a bucket on the trainer's GPU (bucketed_weight_transfer.py, shared with
     # vLLM by CUDA IPC); the bucket is released and the cache emptied before the KV cache is resumed.
     largest_tensor = max(arch.vocab_size * arch.hidden_size, arch.hidden_size * arch.intermediate_size) * 2 / GIB
-    sync_phase = with_frag(Phase("weight sync (vLLM weights back, KV cache not yet)", {
-        "vLLM weights": P * 2 / rollout["tensor_model_parallel_size"] / GIB, "actor params": r_params, "AdamW state": r_adam,
-        "weight-sync bucket": bucket, "gathered tensor": largest_tensor, "CUDA/NCCL": fixed_trainer + CUDA_CONTEXT_GIB,
-    }), ["actor params", "AdamW state", "weight-sync bucket", "gathered tensor"])
+    sync_phase = with_frag(
+        Phase(
+            "weight sync (vLLM weights back, KV cache not yet)",
+            {
+                "vLLM weights": P * 2 / rollout["tensor_model_parallel_size"] / GIB,
+                "actor params": r_params,
+                "AdamW state": r_adam,
+                "weight-sync bucket": bucket,
+                "gathered tensor": largest_tensor,
+                "CUDA/NCCL": fixed_trainer + CUDA_CONTEXT_GIB,
+            },
+        ),
+        ["actor params", "AdamW state", "weight-sync bucket", "gathered tensor"],
+    )
     # Log-probs (old, then reference): eval mode loads offloaded params back, not the optimizer state.
-    logprob_phase = with_frag(Phase("log-prob (vLLM asleep)", {
-        "actor params": params, "AdamW state": r_adam,
-        "gathered layers": gathered_fwd, "activations+logits": lp_activations,
-        "CUDA/NCCL": fixed_trainer, "vLLM asleep": vllm_asleep,
-    }), ["actor params", "AdamW state", "gathered layers", "activations+logits"])
-    update_phase = with_frag(Phase("update (vLLM asleep)", {
-        "actor params": params, "grads": grads, "AdamW state": adam,
-        "gathered layers": gathered_bwd, "activations+logits": activations,
-        "CUDA/NCCL": fixed_trainer, "vLLM asleep": vllm_asleep,
-    }), ["actor params", "grads", "AdamW state", "gathered layers", "activations+logits"])
-    step_phase = with_frag(Phase("optimizer step", {
-        "actor params": params, "grads": grads, "AdamW state": adam, "AdamW temp": adam_step_tmp,
-        "CUDA/NCCL": fixed_trainer, "vLLM asleep": vllm_asleep,
-    }), ["actor params", "grads", "AdamW state", "AdamW temp"])
+    logprob_phase = with_frag(
+        Phase(
+            "log-prob (vLLM asleep)",
+            {
+                "actor params": params,
+                "AdamW state": r_adam,
+                "gathered layers": gathered_fwd,
+                "activations+logits": lp_activations,
+                "CUDA/NCCL": fixed_trainer,
+                "vLLM asleep": vllm_asleep,
+            },
+        ),
+        ["actor params", "AdamW state", "gathered layers", "activations+logits"],
+    )
+    update_phase = with_frag(
+        Phase(
+            "update (vLLM asleep)",
+            {
+                "actor params": params,
+                "grads": grads,
+                "AdamW state": adam,
+                "gathered layers": gathered_bwd,
+                "activations+logits": activations,
+                "CUDA/NCCL": fixed_trainer,
+                "vLLM asleep": vllm_asleep,
+            },
+        ),
+        ["actor params", "grads", "AdamW state", "gathered layers", "activations+logits"],
+    )
+    step_phase = with_frag(
+        Phase(
+            "optimizer step",
+            {
+                "actor params": params,
+                "grads": grads,
+                "AdamW state": adam,
+                "AdamW temp": adam_step_tmp,
+                "CUDA/NCCL": fixed_trainer,
+                "vLLM asleep": vllm_asleep,
+            },
+        ),
+        ["actor params", "grads", "AdamW state", "AdamW temp"],
+    )
 
     # Host RAM per node: offloaded actor states, the reference model (pinned, its model_dtype), fixed per GPU.
     per_node = res["gpus_per_node"]
@@ -312,12 +373,21 @@ def estimate(name: str, exp: dict) -> Breakdown | None:
     if offload_policy:
         host += states_per_gpu * per_node
     else:
-        host += per_node * ((P * master / shards / GIB if verl["param_offload"] else 0) + (2 * trainable * master / shards / GIB if verl["optimizer_offload"] else 0))
+        host += per_node * (
+            (P * master / shards / GIB if verl["param_offload"] else 0)
+            + (2 * trainable * master / shards / GIB if verl["optimizer_offload"] else 0)
+        )
     if grpo["kl_coef"] > 0 and not lora:  # with LoRA verl takes reference log-probs from the actor without adapters
         ref_dtype = _override(verl, "actor_rollout_ref.ref.fsdp_config.model_dtype", "bf16")
         host += per_node * P * DTYPE_BYTES.get(ref_dtype, 4) / shards / GIB
-    return Breakdown(name, f"{arch.name}, {P / 1e9:.2f} B params, {source}", capacity,
-                     [rollout_phase, sync_phase, logprob_phase, update_phase, step_phase], host, res["mem_mb"] * 1e6 / GIB)
+    return Breakdown(
+        name,
+        f"{arch.name}, {P / 1e9:.2f} B params, {source}",
+        capacity,
+        [rollout_phase, sync_phase, logprob_phase, update_phase, step_phase],
+        host,
+        res["mem_mb"] * 1e6 / GIB,
+    )
 
 
 # ---- numerics ---------------------------------------------------------------------------------------------------
@@ -343,8 +413,10 @@ def bf16_update_lost(lr: float, w: float = TYPICAL_WEIGHT) -> bool:
 
 def time_limit_note(exp: dict) -> str:
     f = exp["grpo"]["save_freq"]
-    return (f"A job killed by its time limit loses up to {f} steps (verl 0.9.1 has no SIGTERM handler; "
-            f"it resumes from the last grpo.save_freq = {f} checkpoint)")
+    return (
+        f"A job killed by its time limit loses up to {f} steps (verl 0.9.1 has no SIGTERM handler; "
+        f"it resumes from the last grpo.save_freq = {f} checkpoint)"
+    )
 
 
 def summary(name: str, exp: dict) -> str:
@@ -352,7 +424,9 @@ def summary(name: str, exp: dict) -> str:
     if exp["backend"] != "verl":
         return f"train {name} with TRL"
     b = estimate(name, exp)
-    fit = b.line() if b else "GPU memory not checked: set architecture (a Qwen3 preset or the model's sizes) to check it"
+    fit = (
+        b.line() if b else "GPU memory not checked: set architecture (a Qwen3 preset or the model's sizes) to check it"
+    )
     return f"train {name} with verl. {fit}. {time_limit_note(exp)}"
 
 
@@ -371,10 +445,16 @@ def from_overrides(ov: dict[str, str], gpu_mem_gb: float | None = None, mem_mb: 
         hf = json.loads(cfg_file.read_text(encoding="utf-8"))
         hf = hf.get("text_config", hf)
         heads = hf["num_attention_heads"]
-        arch = {"hidden_size": hf["hidden_size"], "num_layers": hf["num_hidden_layers"], "num_attention_heads": heads,
-                "num_kv_heads": hf.get("num_key_value_heads", heads), "head_dim": hf.get("head_dim") or hf["hidden_size"] // heads,
-                "intermediate_size": hf["intermediate_size"], "vocab_size": hf["vocab_size"],
-                "tie_word_embeddings": bool(hf.get("tie_word_embeddings", False))}
+        arch = {
+            "hidden_size": hf["hidden_size"],
+            "num_layers": hf["num_hidden_layers"],
+            "num_attention_heads": heads,
+            "num_kv_heads": hf.get("num_key_value_heads", heads),
+            "head_dim": hf.get("head_dim") or hf["hidden_size"] // heads,
+            "intermediate_size": hf["intermediate_size"],
+            "vocab_size": hf["vocab_size"],
+            "tie_word_embeddings": bool(hf.get("tie_word_embeddings", False)),
+        }
     except (OSError, ValueError, KeyError, TypeError) as err:
         return f"GPU memory not estimated at job start ({cfg_file}: {err.__class__.__name__})"
 
@@ -390,23 +470,36 @@ def from_overrides(ov: dict[str, str], gpu_mem_gb: float | None = None, mem_mb: 
     exp = {
         "backend": "verl",
         "architecture": arch,
-        "grpo": {"max_prompt_length": get("data.max_prompt_length", 512), "max_response_length": get("data.max_response_length", 512),
-                 "temperature": get("actor_rollout_ref.rollout.temperature", 1.0), "lora": {"rank": get("actor_rollout_ref.model.lora_rank", 0)},
-                 "kl_coef": 1.0 if get("actor_rollout_ref.actor.use_kl_loss", False) else 0.0, "save_freq": get("trainer.save_freq", -1)},
-        "verl": {"model_dtype": {"float32": "fp32", "bfloat16": "bf16"}.get(dtype, dtype),
-                 "param_offload": get("actor_rollout_ref.actor.fsdp_config.param_offload", False),
-                 "optimizer_offload": get("actor_rollout_ref.actor.fsdp_config.optimizer_offload", False),
-                 "offload_policy": get("actor_rollout_ref.actor.fsdp_config.offload_policy", False),
-                 "use_dynamic_bsz": get("actor_rollout_ref.actor.use_dynamic_bsz", False),
-                 "ppo_micro_batch_size_per_gpu": get("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 1),
-                 "log_prob_micro_batch_size_per_gpu": get("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", 1),
-                 "entropy_coeff": get("actor_rollout_ref.actor.entropy_coeff", 0.0),
-                 "gradient_checkpointing": get("actor_rollout_ref.model.enable_gradient_checkpointing", True),
-                 "rollout": {"gpu_memory_utilization": get("actor_rollout_ref.rollout.gpu_memory_utilization", 0.5),
-                             "tensor_model_parallel_size": get("actor_rollout_ref.rollout.tensor_model_parallel_size", 2)},
-                 "extra_overrides": [f"{k}={v}" for k, v in ov.items()]},
-        "resources": {"nodes": get("trainer.nnodes", 1), "gpus_per_node": get("trainer.n_gpus_per_node", 8),
-                      "gpu_mem_gb": gpu_mem_gb or 80, "mem_mb": mem_mb or 0},
+        "grpo": {
+            "max_prompt_length": get("data.max_prompt_length", 512),
+            "max_response_length": get("data.max_response_length", 512),
+            "temperature": get("actor_rollout_ref.rollout.temperature", 1.0),
+            "lora": {"rank": get("actor_rollout_ref.model.lora_rank", 0)},
+            "kl_coef": 1.0 if get("actor_rollout_ref.actor.use_kl_loss", False) else 0.0,
+            "save_freq": get("trainer.save_freq", -1),
+        },
+        "verl": {
+            "model_dtype": {"float32": "fp32", "bfloat16": "bf16"}.get(dtype, dtype),
+            "param_offload": get("actor_rollout_ref.actor.fsdp_config.param_offload", False),
+            "optimizer_offload": get("actor_rollout_ref.actor.fsdp_config.optimizer_offload", False),
+            "offload_policy": get("actor_rollout_ref.actor.fsdp_config.offload_policy", False),
+            "use_dynamic_bsz": get("actor_rollout_ref.actor.use_dynamic_bsz", False),
+            "ppo_micro_batch_size_per_gpu": get("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 1),
+            "log_prob_micro_batch_size_per_gpu": get("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", 1),
+            "entropy_coeff": get("actor_rollout_ref.actor.entropy_coeff", 0.0),
+            "gradient_checkpointing": get("actor_rollout_ref.model.enable_gradient_checkpointing", True),
+            "rollout": {
+                "gpu_memory_utilization": get("actor_rollout_ref.rollout.gpu_memory_utilization", 0.5),
+                "tensor_model_parallel_size": get("actor_rollout_ref.rollout.tensor_model_parallel_size", 2),
+            },
+            "extra_overrides": [f"{k}={v}" for k, v in ov.items()],
+        },
+        "resources": {
+            "nodes": get("trainer.nnodes", 1),
+            "gpus_per_node": get("trainer.n_gpus_per_node", 8),
+            "gpu_mem_gb": gpu_mem_gb or 80,
+            "mem_mb": mem_mb or 0,
+        },
     }
     b = estimate(ov.get("trainer.experiment_name", "?"), exp)
     line = b.line().replace(", architecture (given)", f", {cfg_file}")
@@ -423,8 +516,12 @@ def at_job_start(ov: dict[str, str]) -> str:
 
     gpu_gb = None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20).stdout.split()
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        ).stdout.split()
         gpu_gb = float(out[0]) / 1024 / CARD_GIB_PER_GB if out else None
     except (OSError, ValueError, subprocess.SubprocessError):
         pass

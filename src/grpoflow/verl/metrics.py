@@ -62,7 +62,9 @@ def read_verl_log(path: str | os.PathLike) -> dict[int, dict[str, Any]]:
             except json.JSONDecodeError:
                 continue  # the line a killed run was writing
             if not isinstance(rec, dict) or "step" not in rec or not isinstance(rec.get("data"), dict):
-                raise DataError(f"{path}:{n}: not a verl file-logger record ({{'step', 'data'}}); is VERL_FILE_LOGGER_PATH shared with another run?")
+                raise DataError(
+                    f"{path}:{n}: not a verl file-logger record ({{'step', 'data'}}); is VERL_FILE_LOGGER_PATH shared with another run?"
+                )
             steps.setdefault(int(rec["step"]), {}).update(rec["data"])
     return steps
 
@@ -81,7 +83,12 @@ def to_project(step: int, data: dict[str, Any]) -> dict[str, Any]:
                 row[key] = _number(data[src])
                 break
     for src, value in data.items():  # per-component rewards, if a reward module logs them
-        if src.startswith("reward/") and src.endswith("/mean") and src != "reward/accuracy/mean" and _number(value) is not None:
+        if (
+            src.startswith("reward/")
+            and src.endswith("/mean")
+            and src != "reward/accuracy/mean"
+            and _number(value) is not None
+        ):
             row[src[: -len("/mean")]] = _number(value)
     return row
 
@@ -100,7 +107,9 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return dict(rows[-1]) if rows else {}
 
 
-def follow(path: str | os.PathLike, on_row: Callable[[dict[str, Any]], None], stop: threading.Event, poll_s: float = 5.0) -> None:
+def follow(
+    path: str | os.PathLike, on_row: Callable[[dict[str, Any]], None], stop: threading.Event, poll_s: float = 5.0
+) -> None:
     """Call ``on_row`` with the project row of each training step verl appends to ``path``, until ``stop`` is set
     (then once more, for the steps logged last). Runs in a thread beside verl; verl creates (truncates) the file
     when it starts, so a missing file or one that shrank is read again from the start."""
@@ -125,7 +134,12 @@ def follow(path: str | os.PathLike, on_row: Callable[[dict[str, Any]], None], st
                     rec = json.loads(line)
                 except ValueError:
                     continue
-                if isinstance(rec, dict) and "step" in rec and isinstance(rec.get("data"), dict) and any(k in rec["data"] for k in TRAIN_KEYS):
+                if (
+                    isinstance(rec, dict)
+                    and "step" in rec
+                    and isinstance(rec.get("data"), dict)
+                    and any(k in rec["data"] for k in TRAIN_KEYS)
+                ):
                     on_row(to_project(int(rec["step"]), rec["data"]))
         if stopping:
             return

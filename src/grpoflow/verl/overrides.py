@@ -91,7 +91,9 @@ def parse_override(text: str, where: str) -> tuple[str, str, str | None]:
     """``(prefix, key, value)`` of a Hydra override string; ConfigError when it is not one."""
     m = _OVERRIDE.match(text.strip())
     if not m or (m.group("value") is None and m.group("prefix") != "~"):
-        raise ConfigError(f"config error: {where} = {text!r} is not a Hydra override: write key=value (e.g. actor_rollout_ref.rollout.max_num_seqs=512)")
+        raise ConfigError(
+            f"config error: {where} = {text!r} is not a Hydra override: write key=value (e.g. actor_rollout_ref.rollout.max_num_seqs=512)"
+        )
     return m.group("prefix") or "", m.group("key"), m.group("value")
 
 
@@ -166,7 +168,11 @@ def build(exp: dict, experiment: str, inputs: dict, checkpoint_dir: str) -> list
         # model
         ("actor_rollout_ref.model.path", model_path_expr(inputs["sft"]), "sft"),
         ("actor_rollout_ref.model.trust_remote_code", exp["sft"]["trust_remote_code"], "sft.trust_remote_code"),
-        ("actor_rollout_ref.model.enable_gradient_checkpointing", verl["gradient_checkpointing"], "verl.gradient_checkpointing"),
+        (
+            "actor_rollout_ref.model.enable_gradient_checkpointing",
+            verl["gradient_checkpointing"],
+            "verl.gradient_checkpointing",
+        ),
         *_lora(grpo),
         # actor
         ("actor_rollout_ref.actor.strategy", verl["strategy"], "verl.strategy"),
@@ -179,20 +185,32 @@ def build(exp: dict, experiment: str, inputs: dict, checkpoint_dir: str) -> list
         ("actor_rollout_ref.actor.optim.lr_scheduler_type", grpo["lr_scheduler"], "grpo.lr_scheduler"),
         ("actor_rollout_ref.actor.optim.clip_grad", grpo["max_grad_norm"], "grpo.max_grad_norm"),
         ("actor_rollout_ref.actor.ppo_mini_batch_size", verl["ppo_mini_batch_size"], "verl.ppo_mini_batch_size"),
-        ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", verl["ppo_micro_batch_size_per_gpu"], "verl.ppo_micro_batch_size_per_gpu"),
+        (
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+            verl["ppo_micro_batch_size_per_gpu"],
+            "verl.ppo_micro_batch_size_per_gpu",
+        ),
         ("actor_rollout_ref.actor.use_dynamic_bsz", verl["use_dynamic_bsz"], "verl.use_dynamic_bsz"),
         ("actor_rollout_ref.actor.ppo_epochs", verl["ppo_epochs"], "verl.ppo_epochs"),
         ("actor_rollout_ref.actor.loss_agg_mode", verl["loss_agg_mode"], "verl.loss_agg_mode"),
         ("actor_rollout_ref.actor.entropy_coeff", verl["entropy_coeff"], "verl.entropy_coeff"),
         ("actor_rollout_ref.actor.clip_ratio_low", grpo["clip_ratio"], "grpo.clip_ratio"),
-        ("actor_rollout_ref.actor.clip_ratio_high", grpo["clip_ratio_high"] if grpo["clip_ratio_high"] is not None else grpo["clip_ratio"], "grpo.clip_ratio_high"),
+        (
+            "actor_rollout_ref.actor.clip_ratio_high",
+            grpo["clip_ratio_high"] if grpo["clip_ratio_high"] is not None else grpo["clip_ratio"],
+            "grpo.clip_ratio_high",
+        ),
         ("actor_rollout_ref.actor.use_kl_loss", kl, "grpo.kl_coef"),
     ]
     if kl:
         items += [
             ("actor_rollout_ref.actor.kl_loss_coef", grpo["kl_coef"], "grpo.kl_coef"),
             ("actor_rollout_ref.actor.kl_loss_type", "low_var_kl", None),
-            ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", verl["log_prob_micro_batch_size_per_gpu"], "verl.log_prob_micro_batch_size_per_gpu"),
+            (
+                "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+                verl["log_prob_micro_batch_size_per_gpu"],
+                "verl.log_prob_micro_batch_size_per_gpu",
+            ),
             # verl 0.9.1 defaults the forward-only reference to fp32: twice the pinned host RAM and the per-layer
             # transfer to the GPU, for log-probs computed in bf16 anyway (its mixed-precision param_dtype).
             ("actor_rollout_ref.ref.fsdp_config.model_dtype", "bf16", None),
@@ -200,8 +218,16 @@ def build(exp: dict, experiment: str, inputs: dict, checkpoint_dir: str) -> list
     items += [
         # rollout
         ("actor_rollout_ref.rollout.name", rollout["name"], "verl.rollout.name"),
-        ("actor_rollout_ref.rollout.tensor_model_parallel_size", rollout["tensor_model_parallel_size"], "verl.rollout.tensor_model_parallel_size"),
-        ("actor_rollout_ref.rollout.gpu_memory_utilization", rollout["gpu_memory_utilization"], "verl.rollout.gpu_memory_utilization"),
+        (
+            "actor_rollout_ref.rollout.tensor_model_parallel_size",
+            rollout["tensor_model_parallel_size"],
+            "verl.rollout.tensor_model_parallel_size",
+        ),
+        (
+            "actor_rollout_ref.rollout.gpu_memory_utilization",
+            rollout["gpu_memory_utilization"],
+            "verl.rollout.gpu_memory_utilization",
+        ),
         ("actor_rollout_ref.rollout.enforce_eager", rollout["enforce_eager"], "verl.rollout.enforce_eager"),
         ("actor_rollout_ref.rollout.free_cache_engine", rollout["free_cache_engine"], "verl.rollout.free_cache_engine"),
         ("actor_rollout_ref.rollout.n", grpo["num_generations"], "grpo.num_generations"),
@@ -209,7 +235,11 @@ def build(exp: dict, experiment: str, inputs: dict, checkpoint_dir: str) -> list
         ("actor_rollout_ref.rollout.top_p", grpo["top_p"], "grpo.top_p"),
         ("actor_rollout_ref.rollout.top_k", grpo["top_k"], "grpo.top_k"),
         ("actor_rollout_ref.rollout.seed", grpo["seed"], "grpo.seed"),
-        ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", verl["log_prob_micro_batch_size_per_gpu"], "verl.log_prob_micro_batch_size_per_gpu"),
+        (
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+            verl["log_prob_micro_batch_size_per_gpu"],
+            "verl.log_prob_micro_batch_size_per_gpu",
+        ),
         # reward workers (the reward function itself comes from grpoflow.rewards below)
         ("reward.num_workers", verl["reward_workers"], "verl.reward_workers"),
         # trainer: steps, checkpoints, resume, logging, cluster shape
@@ -240,7 +270,9 @@ def build(exp: dict, experiment: str, inputs: dict, checkpoint_dir: str) -> list
         where = f"verl.extra_overrides[{i}]"
         prefix, key, value = parse_override(text, where)
         if key in managed:
-            raise ConfigError(f"config error: {where} sets {key}, which grpoflow derives from {managed[key]}: set {managed[key]} instead")
+            raise ConfigError(
+                f"config error: {where} sets {key}, which grpoflow derives from {managed[key]}: set {managed[key]} instead"
+            )
         new = legacy_replacement(key)
         if new:
             raise ConfigError(f"config error: {where} sets {key}, which verl 0.9.1 silently ignores: use {new}")
@@ -253,7 +285,7 @@ def _checkout_path(value: str) -> str | None:
     module's path in the command independent of where the project lives."""
     text = value[1:-1] if len(value) >= 2 and value[0] == value[-1] == "'" else value
     root = os.getcwd().rstrip("/") + "/"
-    return text[len(root):] if text.startswith(root) and "\\" not in text and "'" not in text else None
+    return text[len(root) :] if text.startswith(root) and "\\" not in text and "'" not in text else None
 
 
 def _make(key: str, value: Any, source: str | None) -> Override:

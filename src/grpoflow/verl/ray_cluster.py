@@ -34,7 +34,10 @@ def snapshot() -> tuple[int, float, list[str]]:
 
     alive = [n for n in ray.nodes() if n.get("Alive")]
     gpus = sum(n.get("Resources", {}).get("GPU", 0) for n in alive)
-    desc = [f"{n.get('NodeManagerHostname', '?')}({n.get('NodeManagerAddress', '?')}): {n.get('Resources', {}).get('GPU', 0):g} GPU" for n in alive]
+    desc = [
+        f"{n.get('NodeManagerHostname', '?')}({n.get('NodeManagerAddress', '?')}): {n.get('Resources', {}).get('GPU', 0):g} GPU"
+        for n in alive
+    ]
     return len(alive), gpus, desc
 
 
@@ -44,7 +47,10 @@ def wait(address: str, nodes: int, gpus: int, timeout: float, pids: list[int] = 
     def dead() -> bool:
         gone = exited(list(pids))
         if gone:
-            print(f"grpoflow: error: a Ray node's start command exited (pid {', '.join(map(str, gone))}) before the cluster had {nodes} node(s): see its output above", file=sys.stderr)
+            print(
+                f"grpoflow: error: a Ray node's start command exited (pid {', '.join(map(str, gone))}) before the cluster had {nodes} node(s): see its output above",
+                file=sys.stderr,
+            )
         return bool(gone)
 
     deadline = time.monotonic() + timeout
@@ -56,7 +62,10 @@ def wait(address: str, nodes: int, gpus: int, timeout: float, pids: list[int] = 
             break
         except Exception as err:  # noqa: BLE001 (Ray raises ConnectionError, RuntimeError, ...)
             if time.monotonic() > deadline:
-                print(f"grpoflow: error: cannot connect to the Ray head at {address} within {timeout:.0f} s: {err}", file=sys.stderr)
+                print(
+                    f"grpoflow: error: cannot connect to the Ray head at {address} within {timeout:.0f} s: {err}",
+                    file=sys.stderr,
+                )
                 return 1
             time.sleep(poll)
     try:
@@ -68,7 +77,10 @@ def wait(address: str, nodes: int, gpus: int, timeout: float, pids: list[int] = 
                 print(f"Ray cluster ready: {n} node(s), {g:g} GPU(s): " + "; ".join(desc), flush=True)
                 return 0
             if time.monotonic() > deadline:
-                print(f"grpoflow: error: Ray reports {n}/{nodes} node(s) and {g:g}/{gpus} GPU(s) after {timeout:.0f} s ({'; '.join(desc) or 'no nodes'}): a worker failed to start (see its `ray start` output above) or its GPUs are not visible", file=sys.stderr)
+                print(
+                    f"grpoflow: error: Ray reports {n}/{nodes} node(s) and {g:g}/{gpus} GPU(s) after {timeout:.0f} s ({'; '.join(desc) or 'no nodes'}): a worker failed to start (see its `ray start` output above) or its GPUs are not visible",
+                    file=sys.stderr,
+                )
                 return 1
             time.sleep(poll)
     finally:

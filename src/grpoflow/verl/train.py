@@ -56,8 +56,13 @@ FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUS
 SKIP_ENV_CHECK = "GRPOFLOW_SKIP_ENV_CHECK"
 STOP_GRACE_S = 90  # verl/vLLM/Ray need a moment to release GPUs; then everything left is killed
 REQUIRED = (
-    "trainer.total_training_steps", "trainer.default_local_dir", "trainer.n_gpus_per_node",
-    "trainer.experiment_name", "data.train_files", "data.train_batch_size", "actor_rollout_ref.model.path",
+    "trainer.total_training_steps",
+    "trainer.default_local_dir",
+    "trainer.n_gpus_per_node",
+    "trainer.experiment_name",
+    "data.train_files",
+    "data.train_batch_size",
+    "actor_rollout_ref.model.path",
 )
 
 
@@ -89,19 +94,27 @@ def launcher_path() -> Path:
 def preflight(ov: dict[str, str]) -> None:
     missing = [k for k in REQUIRED if k not in ov]
     if missing:
-        raise GrpoflowError(f"the verl command lacks {', '.join(missing)}: run it through `snakemake` (rule train_grpo), which composes them from the config")
+        raise GrpoflowError(
+            f"the verl command lacks {', '.join(missing)}: run it through `snakemake` (rule train_grpo), which composes them from the config"
+        )
     model = ov["actor_rollout_ref.model.path"]
     if not model:
-        raise GrpoflowError("the SFT model path is empty: `python -m grpoflow.discovery path <sft.json>` failed (its error is above); rerun discover_sft_checkpoint")
+        raise GrpoflowError(
+            "the SFT model path is empty: `python -m grpoflow.discovery path <sft.json>` failed (its error is above); rerun discover_sft_checkpoint"
+        )
     prompt, response = int(ov.get("data.max_prompt_length", 512)), int(ov.get("data.max_response_length", 512))
     cfg_file = Path(model) / "config.json"
     if Path(model).is_dir():
         if not cfg_file.is_file():
-            raise DataError(f"SFT model dir {model} has no config.json: point sft.model/sft.run_dir at a Hugging Face model")
+            raise DataError(
+                f"SFT model dir {model} has no config.json: point sft.model/sft.run_dir at a Hugging Face model"
+            )
         cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
         ctx = cfg.get("max_position_embeddings") or (cfg.get("text_config") or {}).get("max_position_embeddings")
         if ctx and prompt + response > ctx:
-            raise GrpoflowError(f"grpo.max_prompt_length + max_response_length = {prompt} + {response} exceeds the model's context ({ctx} tokens, {cfg_file}): shorten them")
+            raise GrpoflowError(
+                f"grpo.max_prompt_length + max_response_length = {prompt} + {response} exceeds the model's context ({ctx} tokens, {cfg_file}): shorten them"
+            )
     elif model.startswith(("/", ".")):
         raise DataError(f"SFT model path {model} does not exist on this node: is it on storage the compute nodes see?")
     train = ov["data.train_files"]
@@ -112,14 +125,18 @@ def preflight(ov: dict[str, str]) -> None:
     rows = pq.ParquetFile(train).metadata.num_rows
     batch = int(ov["data.train_batch_size"])
     if rows < batch:
-        raise DataError(f"{train} has {rows} rows, fewer than one step's grpo.prompts_per_step = {batch}: verl would stop before step 1; lower prompts_per_step or use more data")
+        raise DataError(
+            f"{train} has {rows} rows, fewer than one step's grpo.prompts_per_step = {batch}: verl would stop before step 1; lower prompts_per_step or use more data"
+        )
     val = ov.get("data.val_files")
     if val and not Path(val).is_file():
         raise DataError(f"validation data {val} not found on this node")
     try:
         Path(ov["trainer.default_local_dir"]).mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise GrpoflowError(f"cannot create checkpoint_dir {ov['trainer.default_local_dir']}: {err.strerror}; set checkpoint_dir to writable shared storage")
+        raise GrpoflowError(
+            f"cannot create checkpoint_dir {ov['trainer.default_local_dir']}: {err.strerror}; set checkpoint_dir to writable shared storage"
+        )
 
 
 # ---- running verl -----------------------------------------------------------------------------------------------
@@ -135,7 +152,9 @@ def run_trainer(argv: list[str], nodes: int, gpus_per_node: int, env: dict[str, 
     signal stopped it."""
     if nodes > 1:
         if not os.environ.get("SLURM_JOB_ID"):
-            raise GrpoflowError(f"trainer.nnodes = {nodes} needs a SLURM allocation of {nodes} nodes: submit with `snakemake --profile profiles/slurm`")
+            raise GrpoflowError(
+                f"trainer.nnodes = {nodes} needs a SLURM allocation of {nodes} nodes: submit with `snakemake --profile profiles/slurm`"
+            )
         cmd = ["bash", str(launcher_path()), "--nodes", str(nodes), "--gpus-per-node", str(gpus_per_node), "--", *argv]
         # Every node starts Ray with this very interpreter (its env on shared storage), not whatever `python` is.
         env = {"GRPOFLOW_PYTHON": sys.executable, **env}
@@ -187,7 +206,12 @@ def step_progress(logfile: Path, planned: int):
     """A progress line per step (grpoflow.progress) in the job log while verl runs, read from verl's file logger."""
     progress = StepProgress(planned)
     stop = threading.Event()
-    follower = threading.Thread(target=vm.follow, args=(logfile, lambda row: log.info("%s", progress.line(row["step"], row)), stop), name="verl-progress", daemon=True)
+    follower = threading.Thread(
+        target=vm.follow,
+        args=(logfile, lambda row: log.info("%s", progress.line(row["step"], row)), stop),
+        name="verl-progress",
+        daemon=True,
+    )
     follower.start()
     try:
         yield
@@ -211,8 +235,11 @@ def _display(path: str) -> str:
 def identity(ov: dict[str, str]) -> dict:
     """What verl's checkpoints are trained from (grpoflow.checkpoint_record): the overrides that change training,
     the start model's content, the training data's content."""
-    return {"settings": ck.training_settings(ov), "start_model": ckrec.model_fingerprint(ov["actor_rollout_ref.model.path"]),
-            "data": ckrec.data_fingerprint(ov["data.train_files"])}
+    return {
+        "settings": ck.training_settings(ov),
+        "start_model": ckrec.model_fingerprint(ov["actor_rollout_ref.model.path"]),
+        "data": ckrec.data_fingerprint(ov["data.train_files"]),
+    }
 
 
 def _keep(ov: dict[str, str]) -> int | None:
@@ -233,17 +260,30 @@ def rotate(ckpt: str, ov: dict[str, str], planned: int) -> None:
         log.warning("could not remove old checkpoints in %s: %s", ckpt, err)
         return
     if removed:
-        log.info("removed checkpoints of steps %s from %s (grpo.max_checkpoints_to_keep = %s)", ", ".join(map(str, removed)), ckpt, keep)
+        log.info(
+            "removed checkpoints of steps %s from %s (grpo.max_checkpoints_to_keep = %s)",
+            ", ".join(map(str, removed)),
+            ckpt,
+            keep,
+        )
 
 
-def train(trainer_argv: list[str], marker: str, metrics_out: str, config_hash: str | None = None, resume_across_changes: bool = False) -> dict:
+def train(
+    trainer_argv: list[str],
+    marker: str,
+    metrics_out: str,
+    config_hash: str | None = None,
+    resume_across_changes: bool = False,
+) -> dict:
     if not trainer_argv:
         raise GrpoflowError("no verl command after `--`")
     ov = parse_overrides(trainer_argv)
     envcheck.log_interpreter()
     if is_main_ppo(trainer_argv):  # what main_ppo imports, checked in the interpreter that will run it
         if os.environ.get(SKIP_ENV_CHECK) == "1":
-            log.warning("%s=1: environment check skipped; verl fails at its own import if a package is missing", SKIP_ENV_CHECK)
+            log.warning(
+                "%s=1: environment check skipped; verl fails at its own import if a package is missing", SKIP_ENV_CHECK
+            )
         else:
             envcheck.check("train-verl", ov)
     preflight(ov)
@@ -258,17 +298,32 @@ def train(trainer_argv: list[str], marker: str, metrics_out: str, config_hash: s
     with exclusive_dir(ckpt):
         before = ck.latest_step(ckpt)
         if before is not None and before > planned:
-            raise GrpoflowError(f"{ckpt} already holds step {before}, beyond grpo.total_steps = {planned}: it belongs to a longer run; raise total_steps, or set checkpoint_dir to a fresh dir")
+            raise GrpoflowError(
+                f"{ckpt} already holds step {before}, beyond grpo.total_steps = {planned}: it belongs to a longer run; raise total_steps, or set checkpoint_dir to a fresh dir"
+            )
         finished = before == planned and ck.is_complete(ckpt, planned)
         # The checkpoints must be this run's: never resume, or relabel as finished, ones trained from other settings.
-        rec = ckrec.check(ckpt, identity(ov), latest=before, finished=finished, allow_change=resume_across_changes, where=f"experiments.{experiment}")
+        rec = ckrec.check(
+            ckpt,
+            identity(ov),
+            latest=before,
+            finished=finished,
+            allow_change=resume_across_changes,
+            where=f"experiments.{experiment}",
+        )
         rotate(ckpt, ov, planned)  # what an earlier attempt left (it may have been killed before rotating)
         if finished:
             log.info("%s already holds the final step %d: not relaunching verl", ckpt, planned)
         else:
-            log.info("checkpoint dir %s: %s", ckpt, f"resuming from step {before}" if before else "no checkpoint yet, training from step 0")
+            log.info(
+                "checkpoint dir %s: %s",
+                ckpt,
+                f"resuming from step {before}" if before else "no checkpoint yet, training from step 0",
+            )
             stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-            logfile = Path(ckpt, vm.METRICS_SUBDIR, f"attempt-{stamp}-{os.environ.get('SLURM_JOB_ID', os.getpid())}.jsonl").absolute()
+            logfile = Path(
+                ckpt, vm.METRICS_SUBDIR, f"attempt-{stamp}-{os.environ.get('SLURM_JOB_ID', os.getpid())}.jsonl"
+            ).absolute()
             logfile.parent.mkdir(parents=True, exist_ok=True)
             env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(logfile)}
             started = time.monotonic()
@@ -277,20 +332,30 @@ def train(trainer_argv: list[str], marker: str, metrics_out: str, config_hash: s
                     rc = run_trainer(trainer_argv, nodes, gpus_per_node, env)
             except Interrupted as stop:
                 last = ck.latest_step(ckpt)
-                raise GrpoflowError(f"training stopped by {stop.signame} at {_progress(last, planned)}: rerun to resume from it (SLURM requeue does so automatically)")
+                raise GrpoflowError(
+                    f"training stopped by {stop.signame} at {_progress(last, planned)}: rerun to resume from it (SLURM requeue does so automatically)"
+                )
             finally:
                 rotate(ckpt, ov, planned)
             after = ck.latest_step(ckpt)
             if rc != 0:
-                raise GrpoflowError(f"verl exited with status {rc} (its error is above in this log); {_progress(after, planned)}: fix the cause and rerun to resume")
+                raise GrpoflowError(
+                    f"verl exited with status {rc} (its error is above in this log); {_progress(after, planned)}: fix the cause and rerun to resume"
+                )
             if after != planned:
                 ran = "0 steps" if after == before else f"up to step {after}"
-                raise GrpoflowError(f"verl exited 0 but ran {ran} of the planned {planned} (checkpoint dir {ckpt}): not complete; check `Total training steps` above (data smaller than expected? a resume at an epoch boundary?)")
+                raise GrpoflowError(
+                    f"verl exited 0 but ran {ran} of the planned {planned} (checkpoint dir {ckpt}): not complete; check `Total training steps` above (data smaller than expected? a resume at an epoch boundary?)"
+                )
             log.info("verl reached step %d/%d in %.0f s", after, planned, time.monotonic() - started)
 
         rows = vm.collect(vm.attempt_files(ckpt), planned)
         if not rows:
-            log.warning("no per-step metrics found under %s/%s (was trainer.logger stripped of 'file'?)", ckpt, vm.METRICS_SUBDIR)
+            log.warning(
+                "no per-step metrics found under %s/%s (was trainer.logger stripped of 'file'?)",
+                ckpt,
+                vm.METRICS_SUBDIR,
+            )
         atomic_write_jsonl(metrics_out, rows)
         prov = provenance(None)
         prov["config_hash"] = config_hash
@@ -323,17 +388,34 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" not in argv:
-        print("usage: python -m grpoflow.verl.train --marker M --metrics X [--config-hash H] -- python -m verl.trainer.main_ppo ...", file=sys.stderr)
+        print(
+            "usage: python -m grpoflow.verl.train --marker M --metrics X [--config-hash H] -- python -m verl.trainer.main_ppo ...",
+            file=sys.stderr,
+        )
         return 2
     split = argv.index("--")
     parser = argparse.ArgumentParser(prog="python -m grpoflow.verl.train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--marker", required=True, help="completion marker to write (results/E/training_complete.json)")
     parser.add_argument("--metrics", required=True, help="per-step metrics to write (results/E/train_metrics.jsonl)")
-    parser.add_argument("--config-hash", default=None, help="hash of the experiment's training settings (recorded in the marker)")
-    parser.add_argument("--resume-across-changes", action="store_true", help="continue from checkpoints trained with other settings (resume_across_changes: true)")
+    parser.add_argument(
+        "--config-hash", default=None, help="hash of the experiment's training settings (recorded in the marker)"
+    )
+    parser.add_argument(
+        "--resume-across-changes",
+        action="store_true",
+        help="continue from checkpoints trained with other settings (resume_across_changes: true)",
+    )
     args = parser.parse_args(argv[:split])
     setup_logging()
-    guarded(train, argv[split + 1:], args.marker, args.metrics, args.config_hash, args.resume_across_changes, what="train_grpo (verl)")
+    guarded(
+        train,
+        argv[split + 1 :],
+        args.marker,
+        args.metrics,
+        args.config_hash,
+        args.resume_across_changes,
+        what="train_grpo (verl)",
+    )
     return 0
 
 

@@ -100,14 +100,16 @@ def _worker_ref_config(resolved):
 def check_added_keys(items: list[ov.Override]) -> None:
     for o in items:
         if o.prefix.startswith("+") and o.source is None and not o.key.startswith(FREE_FORM):
-            raise ConfigError(f"verl.extra_overrides adds {o.key} with '+': verl 0.9.1 has no such key and would ignore it (keys it reads are composed without '+'; free-form ones live under {', '.join(k.rstrip('.') for k in FREE_FORM[:3])}, ...)")
+            raise ConfigError(
+                f"verl.extra_overrides adds {o.key} with '+': verl 0.9.1 has no such key and would ignore it (keys it reads are composed without '+'; free-form ones live under {', '.join(k.rstrip('.') for k in FREE_FORM[:3])}, ...)"
+            )
 
 
 def compose(hydra_overrides: list[str]):
+    import verl.trainer.config as verl_config
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-    import verl.trainer.config as verl_config
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=os.path.dirname(verl_config.__file__), version_base=None):
@@ -123,7 +125,7 @@ def validate_experiment(cfg: WorkflowConfig, experiment: str, quiet: bool = True
     inputs = training_inputs(cfg, experiment)
     items = ov.build(exp, experiment, inputs, cfg.checkpoint_dir(experiment))
     argv = vcommand.trainer_argv(cfg, experiment, inputs, PLACEHOLDER_MODEL, os.getcwd())
-    hydra_overrides = argv[len(ov.ENTRYPOINT.split()):]
+    hydra_overrides = argv[len(ov.ENTRYPOINT.split()) :]
     where = f"experiments.{experiment}"
     try:
         composed = compose(hydra_overrides)
@@ -132,7 +134,9 @@ def validate_experiment(cfg: WorkflowConfig, experiment: str, quiet: bool = True
     check_added_keys(items)
     legacy = [k for k in ov.LEGACY_KEYS if OmegaConf.select(composed, k) not in (None, {}, [])]
     if legacy:
-        raise ConfigError(f"{where}: {', '.join(legacy)} set, but verl 0.9.1's main_ppo ignores them (use {ov.LEGACY_KEYS[legacy[0]]})")
+        raise ConfigError(
+            f"{where}: {', '.join(legacy)} set, but verl 0.9.1's main_ppo ignores them (use {ov.LEGACY_KEYS[legacy[0]]})"
+        )
 
     _stub_vllm_lora_rank()
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -150,9 +154,13 @@ def validate_experiment(cfg: WorkflowConfig, experiment: str, quiet: bool = True
             if ref:
                 omega_conf_to_dataclass(_worker_ref_config(resolved))
     except Exception as err:  # AssertionError/ValueError/TypeError from verl's checks and dataclasses
-        raise ConfigError(f"{where}: verl 0.9.1's config validation fails: {type(err).__name__}: {' '.join(str(err).split())[:400]}")
+        raise ConfigError(
+            f"{where}: verl 0.9.1's config validation fails: {type(err).__name__}: {' '.join(str(err).split())[:400]}"
+        )
     if critic:
-        raise ConfigError(f"{where}: the composed config trains a critic (algorithm.adv_estimator = {composed.algorithm.adv_estimator}): GRPO needs none; check the rewards' estimator")
+        raise ConfigError(
+            f"{where}: the composed config trains a critic (algorithm.adv_estimator = {composed.algorithm.adv_estimator}): GRPO needs none; check the rewards' estimator"
+        )
     return {
         "experiment": experiment,
         "overrides": len(hydra_overrides),
@@ -169,14 +177,21 @@ def validate_config_files(paths: list[str], experiments: list[str] | None = None
     if experiments:
         unknown = sorted(set(experiments) - set(cfg.experiments))
         if unknown:
-            raise ConfigError(f"--experiment {unknown[0]!r} is not in {', '.join(paths)} (experiments: {', '.join(cfg.experiments)})")
+            raise ConfigError(
+                f"--experiment {unknown[0]!r} is not in {', '.join(paths)} (experiments: {', '.join(cfg.experiments)})"
+            )
         names = [n for n in names if n in experiments]
     return [validate_experiment(cfg, n) for n in names]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m grpoflow.verl.validate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--configfile", nargs="+", default=["config/config.yaml"], help="config file(s), merged like snakemake --configfile")
+    p.add_argument(
+        "--configfile",
+        nargs="+",
+        default=["config/config.yaml"],
+        help="config file(s), merged like snakemake --configfile",
+    )
     p.add_argument("--experiment", nargs="*", help="only these experiments (default: every verl experiment)")
     args = p.parse_args(argv)
     started = time.perf_counter()
@@ -188,8 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     if not results:
         print(f"no verl experiments in {', '.join(args.configfile)}")
     for r in results:
-        print(f"OK {r['experiment']}: {r['overrides']} overrides compose against verl 0.9.1 and pass validate_config "
-              f"(estimator {r['adv_estimator']}, reference policy {'on' if r['reference_policy'] else 'off'}, reward {r['reward_function']}) in {r['seconds']} s")
+        print(
+            f"OK {r['experiment']}: {r['overrides']} overrides compose against verl 0.9.1 and pass validate_config "
+            f"(estimator {r['adv_estimator']}, reference policy {'on' if r['reference_policy'] else 'off'}, reward {r['reward_function']}) in {r['seconds']} s"
+        )
     print(f"done in {time.perf_counter() - started:.1f} s")
     return 0
 
