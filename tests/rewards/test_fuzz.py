@@ -18,9 +18,10 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rewardkit import verifier_pool
 
-from grpoflow.rewards import _sandbox, adversarial, reset_caches, reset_stats, verifier
-from grpoflow.rewards._sandbox import MathVerifyPool, Outcome
+from grpoflow.rewards import adversarial, reset_caches, verifier
+from grpoflow.rewards._sandbox import Outcome
 
 _hostile = st.builds(adversarial.hostile, st.sampled_from(sorted(adversarial.HOSTILE)), st.integers(1, 5000))
 _value = st.one_of(
@@ -91,17 +92,10 @@ def test_fuzz_verifier_own_work_is_bounded(monkeypatch):
 
 @pytest.mark.slow
 def test_fuzz_whole_call_with_math_verify_workers_is_bounded(monkeypatch):
-    pool = MathVerifyPool(size=2, soft_timeout=1.0, hard_timeout=2.0, queue_timeout=5.0, check_timeout=1.0)
-    monkeypatch.setattr(_sandbox, "_default", pool)
-    monkeypatch.setattr(verifier, "default_pool", lambda: pool)
-    reset_caches()
-    reset_stats()
-    pool.start()
-    bound = 2 * (pool.queue_timeout + pool.hard_timeout) + 1.0
-    try:
+    with verifier_pool(
+        monkeypatch, size=2, soft_timeout=1.0, hard_timeout=2.0, queue_timeout=5.0, check_timeout=1.0
+    ) as pool:
+        bound = 2 * (pool.queue_timeout + pool.hard_timeout) + 1.0
         checked, slowest = _fuzz(budget_s=30, max_examples=60, deadline_s=bound)
-    finally:
-        pool.close()
-        reset_caches()
     assert checked >= 40, f"only {checked} completions fuzzed within the budget"
     print(f"fuzzed {checked} completions (with math-verify), slowest call {slowest:.3f}s, bound {bound:g}s")

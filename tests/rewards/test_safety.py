@@ -11,6 +11,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rewardkit import verifier_pool
 
 from grpoflow.rewards import format_ok, is_correct, reset_stats, stats, verify, within_tolerance
 from grpoflow.rewards._sandbox import MathVerifyPool
@@ -254,17 +255,10 @@ def test_worker_runs_in_its_own_process():
 @pytest.fixture
 def small_pool(monkeypatch):
     """A one-worker pool with a 0.5 s budget as the verifier's default pool, with fresh caches and counters."""
-    from grpoflow.rewards import _sandbox, reset_caches, verifier
-
-    pool = MathVerifyPool(size=1, soft_timeout=0.5, hard_timeout=1.5, queue_timeout=1.0, check_timeout=0.5)
-    monkeypatch.setattr(_sandbox, "_default", pool)
-    monkeypatch.setattr(verifier, "default_pool", lambda: pool)
-    reset_caches()
-    reset_stats()
-    pool.start()
-    yield pool
-    pool.close()
-    reset_caches()
+    with verifier_pool(
+        monkeypatch, size=1, soft_timeout=0.5, hard_timeout=1.5, queue_timeout=1.0, check_timeout=0.5
+    ) as pool:
+        yield pool
 
 
 @pytest.mark.parametrize("gold", ["9^{9^{9^{9}}}", "\\text{}"])
