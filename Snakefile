@@ -32,6 +32,9 @@ if not workflow.overwrite_configfiles:
 include: "rules/common.smk"
 
 
+print_training_summaries()
+
+
 onstart:
     check_node_shapes()
 

@@ -193,19 +193,16 @@ from grpoflow.report import experiment_summary as _experiment_summary
 from grpoflow.verl.memory import summary as _training_summary
 
 
-class _TrainingSummary:
-    """train_grpo's `message:` ({TRAINING_SUMMARY:{wildcards.experiment}u}): the experiment name arrives as the
-    format spec (the trailing u stops Snakemake's quoting formatter from reading a final q/u of the name). A message
-    rather than a param: editing the estimate's constants must not make Snakemake retrain."""
-
-    def __format__(self, experiment):
-        # The message replaces the job's usual listing in `snakemake -n`, so it names the sbatch shape too.
-        e = CFG.experiment(experiment)
-        shape = ", ".join(f"{k}={v}" for k, v in _slurm_resources(e["resources"]).items() if v not in (None, "", False))
-        return f"{_training_summary(experiment, e)}. Resources: {shape}"
-
-
-TRAINING_SUMMARY = _TrainingSummary()
+def print_training_summaries():
+    """Each verl experiment's GPU-memory estimate and what a time limit costs (grpoflow.verl.memory.summary), one
+    line each on stderr when the config loads: so `snakemake -n -p` shows them above the jobs (and `--dag` output on
+    stdout stays a graph). Not a param or message: editing the estimate's constants must not retrain, and the
+    usual listing of train_grpo jobs stays. Only the main process prints: the jobs' own Snakemake does not."""
+    if not workflow.is_main_process:
+        return
+    for name, e in CFG.experiments.items():
+        if e["backend"] == "verl":
+            print(f"grpoflow: {_training_summary(name, e)}", file=sys.stderr)
 
 
 def check_node_shapes():

@@ -45,9 +45,6 @@ rule train_grpo:
         # A function of the wildcards only: Snakemake ignores params that take input/output when it decides
         # reruns, and a changed training setting must rerun training.
         command=lambda wc: training_command(wc.experiment),
-    message:
-        # The GPU-memory estimate and what a time limit costs (grpoflow.verl.memory.summary), shown by `snakemake -n`.
-        "{TRAINING_SUMMARY:{wildcards.experiment}u}"
     shell:
         # SLURM signals every process of the job (scancel, time limit, --signal). TRL then finishes its step, saves a
         # checkpoint and exits 1; verl 0.9.1 has no handler and saves nothing (the steps since its last save_freq

@@ -220,6 +220,11 @@ def test_numbers_are_typed_by_the_schema(default_config):
     grpo = cfg.experiment("tiny-arith-seed1")["grpo"]
     assert repr(grpo["max_grad_norm"]) == "1.0" and grpo["learning_rate"] == 5e-5
     assert isinstance(grpo["total_steps"], int) and isinstance(grpo["seed"], int)  # integers stay integers
+    # Free-form values that may be text keep their spelling: verl.env's 1 is exported as "1", not "1.0".
+    verl = resolve_config(
+        deep_merge(load_yaml(REPO / "config/qwen3-8b-gsm8k.yaml"), {"defaults": {"verl": {"env": {"FLAG": 1}}}})
+    )
+    assert repr(verl.experiment("qwen3-8b-gsm8k")["verl"]["env"]["FLAG"]) == "1"
     assert _params_of(cfg) == _params_of(
         resolve_config(deep_merge(default_config, {"defaults": {"grpo": {"max_grad_norm": 1.0}}}))
     )

@@ -271,7 +271,8 @@ def canonical(value: Any, schema: Any = None, defs: dict | None = None, *, ints:
         return [canonical(v, items, defs, ints=ints) for v in value]
     if ints and isinstance(value, int) and not isinstance(value, bool) and schema is not None:
         types = _types(schema, defs)
-        if "number" in types and "integer" not in types:
+        # Only where a number is all the schema allows: in [string, number, boolean] (verl.env) 1 stays "1".
+        if "number" in types and not types & {"integer", "string"}:
             return float(value)
     if isinstance(value, str) and schema is not None and _FLOAT_TEXT.match(value.strip()):
         types = _types(schema, defs)

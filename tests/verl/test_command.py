@@ -259,7 +259,7 @@ def test_dry_run_prints_the_verl_command_and_sbatch_resources(tmp_path):
     from grpoflow_testing import make_workdir, snakemake
 
     wd, repo = make_workdir(tmp_path), REPO
-    out = snakemake(
+    proc = snakemake(
         [
             "results/qwen3-32b-gsm8k/training_complete.json",
             "-n",
@@ -270,10 +270,12 @@ def test_dry_run_prints_the_verl_command_and_sbatch_resources(tmp_path):
             "config/qwen3-32b-gsm8k.yaml",
         ],
         wd,
-    ).stdout
-    # train_grpo's message (the GPU-memory estimate, then the sbatch shape) replaces Snakemake's listing.
-    block = out[out.index("train qwen3-32b-gsm8k with verl. GPU memory per GPU") :]
-    assert "margin +13.9 GiB, fits" in block and "loses up to 25 steps" in block
+    )
+    # The GPU-memory estimate and what a time limit costs, one line on stderr when the config loads.
+    summary = next(ln for ln in proc.stderr.splitlines() if ln.startswith("grpoflow: train qwen3-32b-gsm8k with verl."))
+    assert "GPU memory per GPU" in summary and "margin +13.9 GiB, fits" in summary and "loses up to 25 steps" in summary
+    out = proc.stdout
+    block = out[out.index("rule train_grpo:") :]
     assert (
         "nodes=1, gpu=8" in block
         and "cpus_per_task=160" in block
@@ -301,7 +303,7 @@ def test_dry_run_prints_the_verl_command_and_sbatch_resources(tmp_path):
         ],
         wd,
     ).stdout
-    block = out[out.index("train qwen3-8b-gsm8k with verl") :]
+    block = out[out.index("rule train_grpo:") :]
     assert (
         "nodes=2, gres=gpu:4, mpi=srun, tasks_per_node=2" in block
         and "cpus_per_task=16" in block
