@@ -17,6 +17,17 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+# The tiny model the training, fault and merge tests build: 2 layers, so a GRPO step takes a fraction of a second.
+TINY_SPEC = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+    "vocab_size": 288,
+    "seed": 0,
+}
 PYTHON = sys.executable
 BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")

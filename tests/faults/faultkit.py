@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from grpoflow_testing import TINY_SPEC  # noqa: F401  (re-exported for the fault tests)
+
 from grpoflow.train.trl_checkpoints import latest_complete
 
 EXPERIMENT = "fault"
@@ -17,17 +19,6 @@ MARKER = f"results/{EXPERIMENT}/training_complete.json"
 METRICS = f"results/{EXPERIMENT}/train_metrics.jsonl"
 CHECKPOINTS = f"results/{EXPERIMENT}/checkpoints"
 TRAIN_LOG = f"logs/train_grpo/{EXPERIMENT}.log"
-# A 2-layer model: GRPO steps take a fraction of a second, so the faults, not training, set the test's pace.
-TINY_SPEC = {
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 128,
-    "vocab_size": 288,
-    "seed": 0,
-}
 ARITH = {
     "source": "synthetic",
     "format": "gsm8k",

@@ -11,17 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from grpoflow_testing import TINY_SPEC as BASE_TINY_SPEC
+
 HERE = Path(__file__).resolve().parent
-TINY_SPEC = {
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 128,
-    "vocab_size": 300,
-    "seed": 0,
-}
+TINY_SPEC = {**BASE_TINY_SPEC, "vocab_size": 300}
 
 
 def build_tiny_base(root: Path, default_config: dict) -> str:

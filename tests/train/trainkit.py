@@ -7,22 +7,14 @@ import json
 import sys
 from pathlib import Path
 
+from grpoflow_testing import TINY_SPEC  # noqa: F401  (re-exported for the training tests)
+
 from grpoflow.config import deep_merge, resolve_config
 
 BIN = Path(sys.executable).parent  # the venv's bin: `python` in a training command is this interpreter
 
 # Small enough to build in a second, big enough for BPE merges and a few GRPO steps.
 SMALL_ARITH = {"datasets": {"arith": {"synthetic": {"train_size": 300, "test_size": 40}, "validation": {"size": 20}}}}
-TINY_SPEC = {
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 128,
-    "vocab_size": 288,
-    "seed": 0,
-}
 
 
 def resolved(raw: dict, override: dict | None = None):
