@@ -185,16 +185,16 @@ def all_targets():
 
 # ---- params computed by the library (kept here so rules stay one-liners) ---------------------------------------
 
-from grpoflow.train.command import slurm_resources as _slurm_resources
-from grpoflow.train.command import training_command as _training_command
+from grpoflow.backends import slurm_resources as _slurm_resources
+from grpoflow.backends import training_command as _training_command
 from grpoflow.evaluation.settings import benchmark_prompt as _benchmark_prompt
 from grpoflow.evaluation.settings import evaluation_settings as _evaluation_settings
 from grpoflow.report import experiment_summary as _experiment_summary
-from grpoflow.verl.memory import summary as _training_summary
+from grpoflow.backends.verl.memory import summary as _training_summary
 
 
 def print_training_summaries():
-    """Each verl experiment's GPU-memory estimate and what a time limit costs (grpoflow.verl.memory.summary), one
+    """Each verl experiment's GPU-memory estimate and what a time limit costs (grpoflow.backends.verl.memory.summary), one
     line each on stderr when the config loads: so `snakemake -n -p` shows them above the jobs (and `--dag` output on
     stdout stays a graph). Not a param or message: editing the estimate's constants must not retrain, and the
     usual listing of train_grpo jobs stays. Only the main process prints: the jobs' own Snakemake does not."""

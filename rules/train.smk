@@ -32,7 +32,7 @@ rule train_grpo:
         experiment_container
     threads: lambda wc: train_resources(wc)["cpus_per_task"]
     resources:
-        # From the experiment's `resources:` (see grpoflow.train.command.slurm_resources for the multi-node shape).
+        # From the experiment's `resources:` (see grpoflow.backends.slurm_resources for the multi-node shape).
         nodes=lambda wc: train_resources(wc)["nodes"],
         gpu=lambda wc: train_resources(wc)["gpu"],
         gres=lambda wc: train_resources(wc)["gres"],

@@ -178,9 +178,9 @@ def _shuffled(obj, rng):
 
 def _params_of(cfg) -> list[str]:
     """What the rules hand Snakemake as params, as Snakemake compares them (repr)."""
+    from grpoflow.backends import training_command
     from grpoflow.evaluation.settings import evaluation_settings
     from grpoflow.report import experiment_summary
-    from grpoflow.train.command import training_command
 
     out = [
         repr(cfg.experiments),

@@ -42,7 +42,7 @@ def test_each_way_of_deploying_picks_the_cluster_interpreter_explicitly():
 
 
 def test_every_python_call_of_a_command_gets_the_interpreter_and_nothing_else():
-    cmd = 'env A=1 python -m grpoflow.verl.train --marker m -- \\\n    python -m verl.trainer.main_ppo x="$(python -m grpoflow.discovery path s.json)" y=/opt/python -m z=mypython'
+    cmd = 'env A=1 python -m grpoflow.backends.verl.train --marker m -- \\\n    python -m verl.trainer.main_ppo x="$(python -m grpoflow.discovery path s.json)" y=/opt/python -m z=mypython'
     out = JobEnv("", "/c/bin/python").command(cmd)
     assert out.count("/c/bin/python -m ") == 3 and "y=/opt/python -m" in out and "z=mypython" in out
     assert (
@@ -85,7 +85,7 @@ def test_dry_run_shows_each_job_with_its_interpreter(tmp_path):
     out = snakemake([*base, "--config", "cluster_env={python: /shared/envs/grpoflow-cluster/bin/python}"], wd).stdout
     py = "/shared/envs/grpoflow-cluster/bin/python"
     assert (
-        f"{py} -m grpoflow.verl.train" in out
+        f"{py} -m grpoflow.backends.verl.train" in out
         and f"{py} -m verl.trainer.main_ppo" in out
         and f"$({py} -m grpoflow.discovery path" in out
     )

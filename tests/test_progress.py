@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
+from grpoflow.backends.verl import metrics as vm
 from grpoflow.progress import StepProgress, duration
-from grpoflow.verl import metrics as vm
 
 
 @pytest.mark.parametrize(

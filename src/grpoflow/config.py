@@ -480,15 +480,15 @@ def _check_rewards(where: str, rewards: dict) -> None:
 
 
 # Backend-specific cross checks (verl batch arithmetic, TRL batch divisibility) register here when their
-# module is imported; the modules are light (no torch/verl import), so dry-runs stay fast.
+# backend package (grpoflow.backends.<name>) is imported; the packages are light (no torch/verl import), so
+# dry-runs stay fast.
 _BACKEND_CHECKS: dict[str, Any] = {}
-_BACKEND_CHECK_MODULES = {"trl": "grpoflow.train.trl_grpo", "verl": "grpoflow.verl.checks"}
 
 
 def _backend_check(backend: str):
-    import importlib
+    from grpoflow import backends
 
-    importlib.import_module(_BACKEND_CHECK_MODULES[backend])
+    backends.get(backend)
     return _BACKEND_CHECKS.get(backend)
 
 

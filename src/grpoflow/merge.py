@@ -90,7 +90,7 @@ def _is_lora_only(actor: Path, world_size: int) -> bool:
 
 
 def merge_verl(checkpoint_dir: str, step: int, base: str, out: Path) -> dict:
-    from grpoflow.verl import checkpoints as ck
+    from grpoflow.backends.verl import ckpt as ck
 
     actor = ck.actor_dir(checkpoint_dir, step)
     if not actor.is_dir():
@@ -158,11 +158,11 @@ def merge_verl(checkpoint_dir: str, step: int, base: str, out: Path) -> dict:
 
 
 def merge_trl(checkpoint_dir: str, step: int, base: str, out: Path) -> dict:
-    from grpoflow.train import trl_checkpoints as tc
+    from grpoflow.backends.trl import ckpt as tc
 
     ckpt = Path(checkpoint_dir) / f"checkpoint-{step}"
     if not ckpt.is_dir():
-        have = sorted(tc.checkpoints(checkpoint_dir))
+        have = sorted(tc.step_dirs(checkpoint_dir))
         raise DataError(
             f"{ckpt} does not exist (checkpoints in {checkpoint_dir}: {have or 'none'}): set merge_step to one of them"
         )

@@ -8,12 +8,12 @@ from faultkit import TINY_SPEC, fault_config
 
 @pytest.fixture(scope="session")
 def fault_start_model(tmp_path_factory) -> str:
-    """A tiny Qwen3 model + tokenizer (grpoflow.tiny) built from the arithmetic set by the library calls of
+    """A tiny Qwen3 model + tokenizer (grpoflow.demo.tiny) built from the arithmetic set by the library calls of
     download_data and convert_to_parquet."""
     from grpoflow.config import resolve_config
     from grpoflow.data.convert import convert_split
     from grpoflow.data.download import download_dataset
-    from grpoflow.tiny import build_tiny_model
+    from grpoflow.demo.tiny import build_tiny_model
 
     root = tmp_path_factory.mktemp("fault-model")
     spec = resolve_config(fault_config("unused/start", total_steps=1, save_freq=1, runtime=1)).datasets["arith"]

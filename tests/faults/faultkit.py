@@ -12,7 +12,7 @@ from typing import Callable
 
 from grpoflow_testing import TINY_SPEC  # noqa: F401  (re-exported for the fault tests)
 
-from grpoflow.train.trl_checkpoints import latest_complete
+from grpoflow.backends.trl.ckpt import latest_complete
 
 EXPERIMENT = "fault"
 MARKER = f"results/{EXPERIMENT}/training_complete.json"
@@ -93,7 +93,7 @@ def trainer_pids(jobid: str) -> list[int]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"grpoflow.train.trl_grpo" in cmdline and b"-m" in cmdline:
+        if b"grpoflow.backends.trl.train" in cmdline and b"-m" in cmdline:
             pids.append(int(pid))
     return pids
 

@@ -15,14 +15,14 @@ import pytest
 from faultkit import EXPERIMENT, fault_config, latest_checkpoint, wait_for
 from grpoflow_testing import BIN, PYTHON
 
+from grpoflow.backends.trl.train import training_spec
 from grpoflow.config import resolve_config
-from grpoflow.train.trl_grpo import training_spec
 
 pytestmark = pytest.mark.slow
 
 
 def trainer(tmp_path: Path, model: str, total_steps: int) -> tuple[subprocess.Popen, Path]:
-    """`python -m grpoflow.train.trl_grpo --spec ...` as train_grpo runs it, in its own process group."""
+    """`python -m grpoflow.backends.trl.train --spec ...` as train_grpo runs it, in its own process group."""
     from grpoflow.discovery import discover_to_file
 
     cfg = resolve_config(fault_config(model, total_steps=total_steps, save_freq=2, runtime=10))
@@ -34,7 +34,7 @@ def trainer(tmp_path: Path, model: str, total_steps: int) -> tuple[subprocess.Po
     log = tmp_path / "train.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [PYTHON, "-m", "grpoflow.train.trl_grpo", "--spec", json.dumps(spec)],
+            [PYTHON, "-m", "grpoflow.backends.trl.train", "--spec", json.dumps(spec)],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -70,7 +70,7 @@ def test_a_later_second_sigterm_stops_at_once(tmp_path):
     script = f"""
 import signal, sys
 from pathlib import Path
-from grpoflow.train import trl_runner
+from grpoflow.backends.trl import runner as trl_runner
 stop = next(c for c in trl_runner._callbacks(Path({str(tmp_path / "live.jsonl")!r})) if type(c).__name__ == "StopOnSigterm")
 signal.raise_signal(signal.SIGTERM)
 signal.raise_signal(signal.SIGTERM)

@@ -18,12 +18,12 @@ TINY_SPEC = {**BASE_TINY_SPEC, "vocab_size": 300}
 
 
 def build_tiny_base(root: Path, default_config: dict) -> str:
-    """A tiny Qwen3 model dir (weights, tokenizer with chat template, generation_config) built by grpoflow.tiny
+    """A tiny Qwen3 model dir (weights, tokenizer with chat template, generation_config) built by grpoflow.demo.tiny
     from the shipped GSM8K sample, converted by the real data pipeline."""
     from grpoflow.config import resolve_config
     from grpoflow.data.convert import convert_split
     from grpoflow.data.download import download_dataset
-    from grpoflow.tiny import build_tiny_model
+    from grpoflow.demo.tiny import build_tiny_model
 
     cwd = os.getcwd()
     os.chdir(Path(__file__).resolve().parents[2])  # the dataset's local paths are relative to the repo
@@ -75,9 +75,9 @@ def train_trl(base: str, root: Path, lora_rank: int) -> Path:
     import copy
     import json
 
+    from grpoflow.backends.trl.train import training_spec
     from grpoflow.config import resolve_config
     from grpoflow.discovery import discover_to_file
-    from grpoflow.train.trl_grpo import training_spec
 
     raw = {
         "datasets": {
@@ -117,7 +117,7 @@ def train_trl(base: str, root: Path, lora_rank: int) -> Path:
     spec["checkpoint_dir"] = str(root / "checkpoints")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(
-        [sys.executable, "-m", "grpoflow.train.trl_grpo", "--spec", json.dumps(spec)],
+        [sys.executable, "-m", "grpoflow.backends.trl.train", "--spec", json.dumps(spec)],
         capture_output=True,
         text=True,
         timeout=600,

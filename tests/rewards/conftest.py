@@ -25,7 +25,7 @@ def tokenizer_dir(tmp_path_factory) -> str:
     as normal tokens (as Qwen3's, they survive ``skip_special_tokens``)."""
     from transformers import PreTrainedTokenizerFast
 
-    from grpoflow.tiny import EOS, PAD, train_tokenizer
+    from grpoflow.demo.tiny import EOS, PAD, train_tokenizer
 
     raw = train_tokenizer(_CORPUS, 400)
     tok = PreTrainedTokenizerFast(

@@ -188,9 +188,12 @@ def test_train_grpo_runs_in_the_named_cluster_env_and_stops_where_cuda_is_needed
     assert "environment check for" not in log.read_text()  # it stopped at the check: no Ray, no verl
     # The command Snakemake printed (and sbatch ran) names the cluster interpreter for the wrapper and for verl.
     if way == "python":
-        assert f"{cluster_python} -m grpoflow.verl.train" in out and f"{cluster_python} -m verl.trainer.main_ppo" in out
+        assert (
+            f"{cluster_python} -m grpoflow.backends.verl.train" in out
+            and f"{cluster_python} -m verl.trainer.main_ppo" in out
+        )
     else:
-        assert f"source {Path(cluster_python).parent / 'activate'} && python -m grpoflow.verl.train" in out
+        assert f"source {Path(cluster_python).parent / 'activate'} && python -m grpoflow.backends.verl.train" in out
 
 
 def test_without_cluster_env_train_grpo_runs_in_snakemakes_env_and_names_the_setting(local_slurm, tiny, tmp_path):

@@ -30,7 +30,7 @@ def arith_parquet(tmp_path_factory, small_cfg) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory, arith_parquet) -> str:
-    from grpoflow.tiny import build_tiny_model
+    from grpoflow.demo.tiny import build_tiny_model
 
     out = tmp_path_factory.mktemp("tiny") / "model"
     build_tiny_model(TINY_SPEC, arith_parquet["train"], str(out))

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
+from grpoflow.demo.sft import completion_text, run_sft
 from grpoflow.discovery import discover
 from grpoflow.errors import ConfigError
-from grpoflow.train.sft_demo import completion_text, run_sft
 
 SPEC = {
     "dataset": "arith",

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from trainkit import TINY_SPEC
 
+from grpoflow.demo.tiny import build_tiny_model
 from grpoflow.errors import ConfigError
-from grpoflow.tiny import build_tiny_model
 
 
 def files(model_dir: str) -> dict[str, bytes]:

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from trainkit import BIN, SMALL_ARITH, read_jsonl, resolved
 
+from grpoflow.backends.trl.ckpt import LIVE_METRICS, is_complete, latest_complete
+from grpoflow.backends.trl.runner import prepare_checkpoint_dir
+from grpoflow.backends.trl.train import command
 from grpoflow.checkpoint_record import read_record
 from grpoflow.errors import ConfigError
-from grpoflow.train.trl_checkpoints import LIVE_METRICS, is_complete, latest_complete
-from grpoflow.train.trl_grpo import command
-from grpoflow.train.trl_runner import prepare_checkpoint_dir
 
 EXP = "tiny-arith-seed1"
 # A few seconds per run: 2 prompts × 4 completions of at most 12 tokens per step.
@@ -84,7 +84,7 @@ def test_command_holds_exactly_the_training_settings(default_config):
         return command(resolved(default_config, override), EXP, ins, outs)
 
     argv = shlex.split(cmd())
-    assert argv[:4] == ["python", "-m", "grpoflow.train.trl_grpo", "--spec"] and len(argv) == 5
+    assert argv[:4] == ["python", "-m", "grpoflow.backends.trl.train", "--spec"] and len(argv) == 5
     spec = json.loads(argv[4])
     assert (
         spec["grpo"]["seed"] == 1
@@ -116,7 +116,7 @@ def test_batch_arithmetic_is_checked_when_the_config_loads(default_config, overr
 
 
 def test_config_maps_onto_grpo_config_and_bad_extra_args_are_config_errors(default_config, tmp_path):
-    from grpoflow.train.trl_runner import grpo_config
+    from grpoflow.backends.trl.runner import grpo_config
 
     ins = {"train": "t.parquet", "sft": "sft.json"}
     outs = {"marker": "m.json", "metrics": "x.jsonl"}
@@ -195,7 +195,7 @@ def test_run_writes_metrics_marker_and_self_contained_checkpoints(short_run):
 def test_job_log_has_one_progress_line_per_step(short_run):
     _, paths = short_run
     log = (Path(paths["marker"]).parent / "log").read_text()
-    lines = [ln.split(": ", 1)[1] for ln in log.splitlines() if "grpoflow.train.trl_runner: step " in ln]
+    lines = [ln.split(": ", 1)[1] for ln in log.splitlines() if "grpoflow.backends.trl.runner: step " in ln]
     assert [ln.split(" | ")[0] for ln in lines] == ["step 1/3 (33%)", "step 2/3 (66%)", "step 3/3 (100%)"], log[-2000:]
     assert all(" | reward " in ln and " | accuracy " in ln and " s/step | ETA " in ln for ln in lines), lines
 
@@ -274,7 +274,7 @@ def test_rerun_after_the_last_step_rewrites_the_outputs_without_training(short_r
     spec.update(
         checkpoint_dir=str(tmp_path / "ckpt"), marker=str(tmp_path / "marker.json"), metrics=str(tmp_path / "m.jsonl")
     )
-    proc = launch(f"python -m grpoflow.train.trl_grpo --spec {shlex.quote(json.dumps(spec))}", tmp_path / "log")
+    proc = launch(f"python -m grpoflow.backends.trl.train --spec {shlex.quote(json.dumps(spec))}", tmp_path / "log")
     assert proc.wait(timeout=120) == 0, (tmp_path / "log").read_text()[-3000:]
     assert "nothing left to train" in (tmp_path / "log").read_text()
     assert sorted(p.name for p in (tmp_path / "ckpt").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]

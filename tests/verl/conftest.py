@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from verlkit import merge_kit
 
-import grpoflow.verl.checks  # noqa: F401  (registers the verl config check, as grpoflow.config does)
+import grpoflow.backends.verl.checks  # noqa: F401  (registers the verl config check, as grpoflow.config does)
 
 # local_slurm: tests/conftest.py (two slurmd nodes; fails instead of skipping under CI=true).
 

@@ -12,9 +12,9 @@ import warnings
 import pytest
 from verlkit import load
 
+from grpoflow.backends.verl.checks import check_verl_experiment
 from grpoflow.config import deep_merge, resolve_config, saved_steps
 from grpoflow.errors import ConfigError
-from grpoflow.verl.checks import check_verl_experiment
 
 BASE = "config/qwen3-32b-gsm8k.yaml"
 
@@ -100,8 +100,8 @@ def test_what_the_cheap_checks_accept_verl_accepts():
     from verl.trainer.ppo.utils import need_reference_policy
     from verl.utils.config import validate_config
 
-    from grpoflow.verl import command as vc
-    from grpoflow.verl.validate import compose, training_inputs
+    from grpoflow.backends.verl import commandline as vc
+    from grpoflow.backends.verl.validate import compose, training_inputs
 
     cfg = resolve({})
     name = "qwen3-32b-gsm8k"

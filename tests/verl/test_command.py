@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from verlkit import REPO, VERL_CONFIGS, load
 
+from grpoflow.backends.verl import commandline as vc
+from grpoflow.backends.verl import overrides as ov
+from grpoflow.backends.verl.train import parse_overrides
+from grpoflow.backends.verl.validate import training_inputs
 from grpoflow.config import deep_merge, resolve_config
 from grpoflow.errors import ConfigError
-from grpoflow.verl import command as vc
-from grpoflow.verl import overrides as ov
-from grpoflow.verl.train import parse_overrides
-from grpoflow.verl.validate import training_inputs
 
 OUTPUTS = {"marker": "results/E/training_complete.json", "metrics": "results/E/train_metrics.jsonl"}
 
@@ -38,7 +38,7 @@ def test_every_shipped_config_composes(path):
     cfg = resolved(path)
     for name in cfg.experiments:
         cmd = vc.command(cfg, name, training_inputs(cfg, name), OUTPUTS)
-        assert "python -m verl.trainer.main_ppo" in cmd and "python -m grpoflow.verl.train" in cmd
+        assert "python -m verl.trainer.main_ppo" in cmd and "python -m grpoflow.backends.verl.train" in cmd
         words = shlex.split(cmd.replace("\\\n", " "))
         assert words[words.index("--") + 1 : words.index("--") + 4] == ["python", "-m", "verl.trainer.main_ppo"]
 
@@ -102,7 +102,9 @@ def test_fastmath_rewards_reach_verl():
     assert str(REPO) not in o["reward.custom_reward_function.path"], "no checkout path baked into the command"
     assert o["actor_rollout_ref.actor.use_kl_loss"] == "false" and "actor_rollout_ref.actor.kl_loss_coef" not in o
     cmd = vc.command(cfg, "qwen3-32b-fastmath-rewards", training_inputs(cfg, "qwen3-32b-fastmath-rewards"), OUTPUTS)
-    assert cmd.startswith("env VERL_USE_EXTERNAL_MODULES=grpoflow.rewards.verl_plugin python -m grpoflow.verl.train")
+    assert cmd.startswith(
+        "env VERL_USE_EXTERNAL_MODULES=grpoflow.rewards.verl_plugin python -m grpoflow.backends.verl.train"
+    )
 
 
 def test_shared_grpo_section_maps_onto_verl_keys():
@@ -228,7 +230,7 @@ def test_command_only_changes_with_training_settings():
 
 def test_the_shell_passes_verl_exactly_the_validated_overrides(tmp_path):
     """Run the composed verl command line through bash (verl replaced by printf at the very end) and compare the
-    words verl would get with what `grpoflow.verl.validate` composes against verl's schema."""
+    words verl would get with what `grpoflow.backends.verl.validate` composes against verl's schema."""
     cfg = resolved("config/qwen3-32b-fastmath-rewards.yaml")
     name = "qwen3-32b-fastmath-rewards"
     inputs = training_inputs(cfg, name)
@@ -315,16 +317,18 @@ def test_dry_run_prints_the_verl_command_and_sbatch_resources(tmp_path):
 def test_an_import_error_of_the_reward_module_stops_the_command_at_once(monkeypatch):
     """An import error of grpoflow.rewards.verl fails the command's composition (the DAG build), not verl's first
     step on the cluster, as the old guarded import did by leaving the reward overrides out."""
-    from grpoflow.train.command import training_command
+    from grpoflow.backends import training_command
 
     cfg = resolved(VERL_CONFIGS[0])
     name = next(iter(cfg.experiments))
+    import grpoflow.backends.verl
     import grpoflow.rewards
-    import grpoflow.verl
 
-    for module in ("command", "overrides"):  # imported afresh, as in a new Snakemake process
-        monkeypatch.delitem(sys.modules, f"grpoflow.verl.{module}", raising=False)
-        monkeypatch.delattr(grpoflow.verl, module, raising=False)
+    for module in ("commandline", "overrides"):  # imported afresh, as in a new Snakemake process
+        monkeypatch.delitem(sys.modules, f"grpoflow.backends.verl.{module}", raising=False)
+        monkeypatch.delattr(grpoflow.backends.verl, module, raising=False)
+    monkeypatch.delitem(sys.modules, "grpoflow.backends.verl")  # the backend package too (registry: imported on use)
+    monkeypatch.delattr(grpoflow.backends, "verl")
     monkeypatch.delattr(grpoflow.rewards, "verl", raising=False)
     monkeypatch.setitem(sys.modules, "grpoflow.rewards.verl", None)  # any import of it raises ImportError
     with pytest.raises(ImportError, match="grpoflow.rewards.verl"):

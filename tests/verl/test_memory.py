@@ -1,4 +1,4 @@
-"""The GPU-memory fit check and the bf16 master-weight check (grpoflow.verl.memory), calibrated against
+"""The GPU-memory fit check and the bf16 master-weight check (grpoflow.backends.verl.memory), calibrated against
 configurations verl publishes as running on 80 GB GPUs, and the shipped configs.
 
 Print the numbers: ``PYTHONPATH=src .venv/bin/pytest -q -s tests/verl/test_memory.py -k calibration``."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 from verlkit import VERL_CONFIGS, load
 
+from grpoflow.backends.verl import memory
 from grpoflow.config import deep_merge, resolve_config
 from grpoflow.errors import ConfigError
-from grpoflow.verl import memory
 
 BASE = "config/qwen3-8b-gsm8k.yaml"
 QWEN2_5_32B = {
@@ -255,9 +255,9 @@ def test_the_training_log_repeats_the_estimate_from_verls_command_line(path, tmp
     """The wrapper logs from_overrides(verl's argv, the model's config.json): the same numbers as at config load."""
     import json
 
-    from grpoflow.verl import command as vc
-    from grpoflow.verl.train import parse_overrides
-    from grpoflow.verl.validate import training_inputs
+    from grpoflow.backends.verl import commandline as vc
+    from grpoflow.backends.verl.train import parse_overrides
+    from grpoflow.backends.verl.validate import training_inputs
 
     cfg = resolve_config(load(path))
     for name, exp in cfg.experiments.items():

@@ -1,4 +1,4 @@
-"""The multi-node Ray launcher (src/grpoflow/scripts/ray_slurm.sh) on a real two-node SLURM (two slurmd on this
+"""The multi-node Ray launcher (src/grpoflow/backends/verl/ray_slurm.sh) on a real two-node SLURM (two slurmd on this
 host), with real `ray start` on CPU and stand-in GPUs. Only the trainer is replaced, at the very end, by a
 probe that attaches to the cluster like verl's main_ppo and reports what every Ray node is.
 
@@ -19,7 +19,7 @@ from verlkit import REPO, job_state, leftover_ray, submit, wait_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-LAUNCHER = REPO / "src" / "grpoflow" / "scripts" / "ray_slurm.sh"
+LAUNCHER = REPO / "src" / "grpoflow" / "backends" / "verl" / "ray_slurm.sh"
 PROBE = REPO / "tests" / "verl" / "ray_probe.py"
 BIN = Path(sys.executable).parent
 
@@ -135,7 +135,7 @@ def test_node_count_mismatch_is_refused(local_slurm, tmp_path):
 
 
 def test_wrapper_runs_multi_node_through_the_launcher(local_slurm, tmp_path, tiny_model):
-    """grpoflow.verl.train with trainer.nnodes=2 goes through the launcher (the probe sees both nodes); the probe
+    """grpoflow.backends.verl.train with trainer.nnodes=2 goes through the launcher (the probe sees both nodes); the probe
     trains nothing, so the wrapper then reports the zero-step exit instead of writing a marker."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -148,7 +148,7 @@ def test_wrapper_runs_multi_node_through_the_launcher(local_slurm, tmp_path, tin
         "data.max_prompt_length=16 data.max_response_length=16"
     )
     wrapper = (
-        f"python -m grpoflow.verl.train --marker {tmp_path}/out/marker.json --metrics {tmp_path}/out/metrics.jsonl -- "
+        f"python -m grpoflow.backends.verl.train --marker {tmp_path}/out/marker.json --metrics {tmp_path}/out/metrics.jsonl -- "
         f"python {PROBE} --out {tmp_path / 'probe.json'} {overrides}"
     )
     job = submit(job_script(wrapper, 36550), SBATCH, tmp_path)

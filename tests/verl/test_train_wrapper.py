@@ -1,4 +1,4 @@
-"""The training wrapper (`python -m grpoflow.verl.train`): pre-flight, exit-status and resume handling, the
+"""The training wrapper (`python -m grpoflow.backends.verl.train`): pre-flight, exit-status and resume handling, the
 zero-step "resume" that exits 0, stop signals, the completion marker and train_metrics.jsonl.
 
 verl cannot train without a GPU, so the trainer after `--` is a stand-in process that does no training (it
@@ -20,9 +20,9 @@ import pytest
 from verlkit import REPO
 
 from grpoflow import checkpoint_record as ckrec
-from grpoflow.verl import checkpoints as ck
-from grpoflow.verl import metrics as vm
-from grpoflow.verl import train as train_mod
+from grpoflow.backends.verl import ckpt as ck
+from grpoflow.backends.verl import metrics as vm
+from grpoflow.backends.verl import train as train_mod
 
 pytestmark = pytest.mark.verl
 
@@ -73,7 +73,7 @@ def job(tmp_path, tiny_model):
         cmd = [
             sys.executable,
             "-m",
-            "grpoflow.verl.train",
+            "grpoflow.backends.verl.train",
             "--marker",
             str(tmp_path / "out" / "training_complete.json"),
             "--metrics",

@@ -1,4 +1,4 @@
-"""`python -m grpoflow.verl.validate`: every shipped config composes against verl 0.9.1's real Hydra schema and
+"""`python -m grpoflow.backends.verl.validate`: every shipped config composes against verl 0.9.1's real Hydra schema and
 passes verl's own validate_config; a wrong key fails here, not in a cluster job."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 import yaml
 from verlkit import REPO, VERL_CONFIGS, load
 
+from grpoflow.backends.verl import overrides as ov
+from grpoflow.backends.verl.validate import validate_config_files, validate_experiment
 from grpoflow.config import deep_merge, resolve_config
 from grpoflow.errors import ConfigError
-from grpoflow.verl import overrides as ov
-from grpoflow.verl.validate import validate_config_files, validate_experiment
 
 pytestmark = pytest.mark.verl
 
@@ -87,7 +87,7 @@ def test_recipe_model_dtype_with_plus_fails(tmp_path):
         resolve_config(
             yaml.safe_load(open(with_extra(tmp_path, ["+actor_rollout_ref.actor.fsdp_config.model_dtype=bf16"])))
         )
-    from grpoflow.verl.validate import compose
+    from grpoflow.backends.verl.validate import compose
 
     with pytest.raises(
         Exception,
@@ -135,7 +135,7 @@ def test_lora_validates_without_vllm(tmp_path):
 def test_cli_reports_each_experiment_and_the_time():
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "grpoflow.verl.validate", "--configfile", "config/qwen3-32b-gsm8k.yaml"],
+        [sys.executable, "-m", "grpoflow.backends.verl.validate", "--configfile", "config/qwen3-32b-gsm8k.yaml"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -149,7 +149,7 @@ def test_cli_reports_each_experiment_and_the_time():
         [
             sys.executable,
             "-m",
-            "grpoflow.verl.validate",
+            "grpoflow.backends.verl.validate",
             "--configfile",
             "config/qwen3-32b-gsm8k.yaml",
             "--experiment",

@@ -1,6 +1,6 @@
 """Rule build_tiny_model: the demo's tiny Qwen3 model and locally trained tokenizer (nothing downloaded)."""
 
-from grpoflow.tiny import build_tiny_model
+from grpoflow.demo.tiny import build_tiny_model
 from grpoflow.workflow import run_job
 
 run_job(

@@ -1,6 +1,6 @@
 """Rule train_sft_demo: a short TRL SFT run written as an SFT run dir (global_step_N/huggingface/)."""
 
-from grpoflow.train.sft_demo import run_sft
+from grpoflow.demo.sft import run_sft
 from grpoflow.workflow import run_job
 
 run_job(

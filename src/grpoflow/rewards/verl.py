@@ -147,7 +147,7 @@ def hydra_overrides(rewards_cfg: dict, *, max_response_length: int | None = None
     ``+reward.custom_reward_function.reward_kwargs.*``. With group-level terms (``length``, ``normalize:
     per_prompt``): ``algorithm.adv_estimator=grpoflow`` and its settings under ``+algorithm.grpoflow.*``
     (the estimator module must be imported: see ``environment``)."""
-    from grpoflow.verl.overrides import hydra_value  # the verl command's own value writer (pure Python)
+    from grpoflow.backends.verl.overrides import hydra_value  # the verl command's own value writer (pure Python)
 
     rset = RewardSet(rewards_cfg, max_response_length=max_response_length)
     unsupported = [f for f in rset.group_funcs if f not in GROUP_REWARDS]

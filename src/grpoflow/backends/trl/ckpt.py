@@ -18,7 +18,7 @@ import json
 import re
 from pathlib import Path
 
-from grpoflow.discovery import checkpoint_steps
+from grpoflow.backends import common
 
 CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE = "trainer_state.json"
@@ -26,9 +26,14 @@ LIVE_METRICS = "train_metrics.jsonl"  # the metrics of the run so far, next to i
 RUN_RECORD = "grpoflow_run.json"  # what the checkpoints were trained with (resume refuses a different setup)
 
 
-def checkpoints(checkpoint_dir: str | Path) -> dict[int, Path]:
+def step_dirs(checkpoint_dir: str | Path) -> dict[int, Path]:
     """``checkpoint-N`` dirs by step N (complete or not)."""
-    return checkpoint_steps(checkpoint_dir, CHECKPOINT_DIR)
+    return common.step_dirs(checkpoint_dir, CHECKPOINT_DIR)
+
+
+def checkpoints(checkpoint_dir: str | Path) -> dict[int, Path]:
+    """The complete ``checkpoint-N`` dirs by step N (the backend interface)."""
+    return common.scan_checkpoints(checkpoint_dir, CHECKPOINT_DIR, is_complete)
 
 
 def is_complete(checkpoint: Path, step: int) -> bool:
@@ -41,10 +46,7 @@ def is_complete(checkpoint: Path, step: int) -> bool:
 
 def latest_complete(checkpoint_dir: str | Path) -> tuple[int, Path] | None:
     """The highest-step complete checkpoint, or None."""
-    for step, path in sorted(checkpoints(checkpoint_dir).items(), reverse=True):
-        if is_complete(path, step):
-            return step, path
-    return None
+    return common.latest_checkpoint(checkpoints(checkpoint_dir))
 
 
 def is_peft_checkpoint(checkpoint: Path) -> bool:

@@ -3,7 +3,7 @@
 Pure Python (no verl, no Hydra): the Snakefile composes them on every dry-run. Each override remembers which
 grpoflow config key it comes from, so ``verl.extra_overrides`` cannot silently fight the shared ``grpo``
 section (one setting, one place), and the same list feeds both the shell command and the validation that
-composes it against verl's real schema (``grpoflow.verl.validate``).
+composes it against verl's real schema (``grpoflow.backends.verl.validate``).
 
 Values known only when the job runs are shell expressions inside the command: the SFT model path
 (``$(python -m grpoflow.discovery path results/E/sft.json)``) and absolute paths (``$PWD/...``). Absolute,

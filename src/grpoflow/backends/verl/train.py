@@ -1,6 +1,6 @@
 """The training wrapper `train_grpo` runs for verl experiments::
 
-    python -m grpoflow.verl.train --marker M --metrics X --config-hash H -- python -m verl.trainer.main_ppo ...
+    python -m grpoflow.backends.verl.train --marker M --metrics X --config-hash H -- python -m verl.trainer.main_ppo ...
 
 1. Pre-flight (seconds, before any GPU work): the SFT model path resolved, its context fits prompt +
    response, the training Parquet has at least one batch of rows, the checkpoint dir is usable.
@@ -9,7 +9,7 @@
    a run that is not finished yet). Then it removes checkpoints beyond ``trainer.max_actor_ckpt_to_keep`` that
    earlier attempts left (verl rotates only its own saves), again after verl exits.
 3. Runs verl: directly on one node (verl starts a local Ray), through the Ray launcher
-   (``grpoflow/scripts/ray_slurm.sh``) on ``trainer.nnodes`` > 1. SIGTERM/SIGINT/SIGUSR1/SIGUSR2 (time limit,
+   (``grpoflow/backends/verl/ray_slurm.sh``) on ``trainer.nnodes`` > 1. SIGTERM/SIGINT/SIGUSR1/SIGUSR2 (time limit,
    preemption, ``--signal``) stop verl and Ray; verl 0.9.1 has no handler for them and saves nothing on the way
    out, so the steps since its last ``trainer.save_freq`` checkpoint are lost. The job then fails naming that
    checkpoint, and a rerun (or SLURM's requeue) resumes from it (``trainer.resume_mode=auto``).
@@ -39,16 +39,17 @@ from pathlib import Path
 
 from grpoflow import checkpoint_record as ckrec
 from grpoflow import envcheck
+from grpoflow.backends.common import write_marker, write_metrics
+from grpoflow.backends.verl import ckpt as ck
+from grpoflow.backends.verl import metrics as vm
+from grpoflow.backends.verl.memory import at_job_start as memory_estimate
 from grpoflow.config import saved_steps
 from grpoflow.errors import DataError, GrpoflowError
-from grpoflow.io import atomic_write_json, atomic_write_jsonl, exclusive_dir
+from grpoflow.io import exclusive_dir
 from grpoflow.progress import StepProgress
 from grpoflow.provenance import provenance
-from grpoflow.verl import checkpoints as ck
-from grpoflow.verl import metrics as vm
-from grpoflow.verl.memory import at_job_start as memory_estimate
 
-log = logging.getLogger("grpoflow.verl.train")
+log = logging.getLogger("grpoflow.backends.verl.train")
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 # Set (to 1, via verl.env) only to run verl's CPU-reachable start (Hydra, validate_config, Ray) in an environment
@@ -85,7 +86,7 @@ def is_main_ppo(argv: list[str]) -> bool:
 
 
 def launcher_path() -> Path:
-    return Path(str(resources.files("grpoflow").joinpath("scripts/ray_slurm.sh")))
+    return Path(str(resources.files("grpoflow.backends.verl").joinpath("ray_slurm.sh")))
 
 
 # ---- pre-flight -------------------------------------------------------------------------------------------------
@@ -356,25 +357,24 @@ def train(
                 ckpt,
                 vm.METRICS_SUBDIR,
             )
-        atomic_write_jsonl(metrics_out, rows)
+        write_metrics(metrics_out, rows)
         prov = provenance(None)
         prov["config_hash"] = config_hash
-        record = {
-            "experiment": experiment,
-            "backend": "verl",
-            "planned_steps": planned,
-            "final_step": planned,
-            "checkpoint_dir": _display(ckpt),
-            "final_checkpoint": _display(str(Path(ckpt) / f"global_step_{planned}")),
-            "nodes": nodes,
-            "gpus_per_node": gpus_per_node,
-            "metrics_summary": vm.summary(rows),
-            # Non-empty only when the run continued across a settings change (resume_across_changes).
-            "settings_history": rec.get("history", []),
-            "trainer_command": trainer_argv,
-            "provenance": prov,
-        }
-        atomic_write_json(marker, record)
+        record = write_marker(
+            marker,
+            experiment=experiment,
+            backend="verl",
+            planned_steps=planned,
+            final_step=planned,
+            checkpoint_dir=_display(ckpt),
+            final_checkpoint=_display(str(Path(ckpt) / f"global_step_{planned}")),
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            trainer_command=trainer_argv,
+            metrics_summary=vm.summary(rows),
+            settings_history=rec.get("history", []),
+            provenance=prov,
+        )
         log.info("training complete: %s", marker)
         return record
 
@@ -389,12 +389,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" not in argv:
         print(
-            "usage: python -m grpoflow.verl.train --marker M --metrics X [--config-hash H] -- python -m verl.trainer.main_ppo ...",
+            "usage: python -m grpoflow.backends.verl.train --marker M --metrics X [--config-hash H] -- python -m verl.trainer.main_ppo ...",
             file=sys.stderr,
         )
         return 2
     split = argv.index("--")
-    parser = argparse.ArgumentParser(prog="python -m grpoflow.verl.train", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m grpoflow.backends.verl.train", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--marker", required=True, help="completion marker to write (results/E/training_complete.json)")
     parser.add_argument("--metrics", required=True, help="per-step metrics to write (results/E/train_metrics.jsonl)")
     parser.add_argument(

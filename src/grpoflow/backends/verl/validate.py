@@ -1,6 +1,6 @@
 """Check verl experiments against verl's real configuration before anything is submitted.
 
-    python -m grpoflow.verl.validate --configfile config/qwen3-32b-gsm8k.yaml [--experiment NAME ...]
+    python -m grpoflow.backends.verl.validate --configfile config/qwen3-32b-gsm8k.yaml [--experiment NAME ...]
 
 For each verl experiment of the config, the exact overrides `train_grpo` passes to
 ``python -m verl.trainer.main_ppo`` (job-time values filled with placeholders) are
@@ -32,10 +32,10 @@ import types
 import warnings
 from typing import Any
 
+from grpoflow.backends.verl import commandline as vcommand
+from grpoflow.backends.verl import overrides as ov
 from grpoflow.config import WorkflowConfig, load_config_files, resolve_config
 from grpoflow.errors import ConfigError, GrpoflowError
-from grpoflow.verl import command as vcommand
-from grpoflow.verl import overrides as ov
 
 PLACEHOLDER_MODEL = "/grpoflow-validate/sft-model"
 # Free-form dicts verl hands on as keyword arguments: `+` keys under them are read.
@@ -185,7 +185,7 @@ def validate_config_files(paths: list[str], experiments: list[str] | None = None
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m grpoflow.verl.validate", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m grpoflow.backends.verl.validate", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--configfile",
         nargs="+",

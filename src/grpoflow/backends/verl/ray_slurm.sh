@@ -167,7 +167,7 @@ start_ray() {  # start_ray INDEX NODE ARGS...
 }
 
 wait_cluster() {  # wait_cluster NODES GPUS: in the background, so a stop signal is handled at once
-  "$PY" -m grpoflow.verl.ray_cluster wait --address "$ADDRESS" --nodes "$1" --gpus "$2" --timeout "$WAIT_S" \
+  "$PY" -m grpoflow.backends.verl.ray_cluster wait --address "$ADDRESS" --nodes "$1" --gpus "$2" --timeout "$WAIT_S" \
     --pids "${RAY_PIDS[@]}" &
   WAITER_PID=$!
   local rc=0

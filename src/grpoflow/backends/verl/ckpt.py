@@ -11,6 +11,7 @@ import os
 import re
 from pathlib import Path
 
+from grpoflow.backends import common
 from grpoflow.errors import DataError
 
 LATEST = "latest_checkpointed_iteration.txt"
@@ -31,10 +32,13 @@ def latest_step(checkpoint_dir: str | os.PathLike) -> int | None:
 
 
 def step_dirs(checkpoint_dir: str | os.PathLike) -> dict[int, Path]:
-    root = Path(checkpoint_dir)
-    if not root.is_dir():
-        return {}
-    return {int(m.group(1)): p for p in root.iterdir() if p.is_dir() and (m := STEP_DIR.match(p.name))}
+    """``global_step_N`` dirs by step N (complete or not)."""
+    return common.step_dirs(checkpoint_dir, STEP_DIR)
+
+
+def checkpoints(checkpoint_dir: str | os.PathLike) -> dict[int, Path]:
+    """The complete ``global_step_N`` dirs by step N (the backend interface)."""
+    return common.scan_checkpoints(checkpoint_dir, STEP_DIR, lambda path, step: is_complete(path.parent, step))
 
 
 def actor_dir(checkpoint_dir: str | os.PathLike, step: int) -> Path:

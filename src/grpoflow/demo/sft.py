@@ -27,9 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from grpoflow.backends.common import read_rl_rows
 from grpoflow.errors import ConfigError
 from grpoflow.io import atomic_dir
-from grpoflow.train.rl_data import read_rl_rows
 
 log = logging.getLogger(__name__)
 

@@ -13,33 +13,17 @@ training metrics; they appear here only if a reward module makes verl log them u
 from __future__ import annotations
 
 import json
-import math
 import os
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from grpoflow.backends.common import map_metrics, number
+from grpoflow.backends.verl import METRICS
 from grpoflow.errors import DataError
 
 METRICS_SUBDIR = "grpoflow-metrics"
 
-# project key -> verl key (first one present wins)
-KEY_MAP: dict[str, tuple[str, ...]] = {
-    "reward": ("critic/score/mean",),
-    "reward_max": ("critic/score/max",),
-    "reward_min": ("critic/score/min",),
-    "accuracy": ("reward/accuracy/mean", "acc/mean"),
-    "response_length": ("response_length/mean",),
-    "response_length_max": ("response_length/max",),
-    "truncated_fraction": ("response_length/clip_ratio",),
-    "clip_ratio": ("actor/pg_clipfrac",),
-    "kl": ("actor/kl_loss",),
-    "entropy": ("actor/entropy",),
-    "loss": ("actor/pg_loss",),
-    "learning_rate": ("actor/lr",),
-    "grad_norm": ("actor/grad_norm",),
-    "time_s": ("timing_s/step",),
-}
 # A record is a training step (not only validation) when it has one of these.
 TRAIN_KEYS = ("critic/score/mean", "actor/pg_loss", "timing_s/step")
 
@@ -69,27 +53,17 @@ def read_verl_log(path: str | os.PathLike) -> dict[int, dict[str, Any]]:
     return steps
 
 
-def _number(v: Any) -> float | int | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    return None if isinstance(v, float) and not math.isfinite(v) else v
-
-
 def to_project(step: int, data: dict[str, Any]) -> dict[str, Any]:
-    row: dict[str, Any] = {"step": step}
-    for key, sources in KEY_MAP.items():
-        for src in sources:
-            if src in data and _number(data[src]) is not None:
-                row[key] = _number(data[src])
-                break
+    """verl's metrics of one step as a train_metrics.jsonl row (METRICS, plus any reward/<f>/mean -> reward/<f>)."""
+    row = map_metrics(step, data, METRICS)
     for src, value in data.items():  # per-component rewards, if a reward module logs them
         if (
             src.startswith("reward/")
             and src.endswith("/mean")
             and src != "reward/accuracy/mean"
-            and _number(value) is not None
+            and number(value) is not None
         ):
-            row[src[: -len("/mean")]] = _number(value)
+            row[src[: -len("/mean")]] = value
     return row
 
 

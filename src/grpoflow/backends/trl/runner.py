@@ -1,6 +1,6 @@
 """GRPO training with TRL's ``GRPOTrainer`` (the trl backend), resumable and honest about completion.
 
-``run_training(spec)`` (spec from ``grpoflow.train.trl_grpo.training_spec``):
+``run_training(spec)`` (spec from ``grpoflow.backends.trl.train.training_spec``):
 
 1. reads the start model from sft.json, the prompts from the train Parquet (overlong prompts dropped, like
    verl's ``filter_overlong_prompts``), the reward from ``grpoflow.rewards``;
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import shutil
 import signal
@@ -28,38 +27,18 @@ import time
 from pathlib import Path
 
 from grpoflow import checkpoint_record as record
+from grpoflow.backends.common import map_metrics, number, read_rl_rows, write_marker, write_metrics
+from grpoflow.backends.trl import METRICS
+from grpoflow.backends.trl.ckpt import LIVE_METRICS, is_complete, is_peft_checkpoint, latest_complete, step_dirs
 from grpoflow.checkpoint_record import data_fingerprint, model_fingerprint
 from grpoflow.discovery import model_path as sft_model_path
 from grpoflow.errors import ConfigError, DataError, GrpoflowError
-from grpoflow.io import atomic_write_json, atomic_write_jsonl, exclusive_dir
+from grpoflow.io import atomic_write_jsonl, exclusive_dir
 from grpoflow.progress import StepProgress
 from grpoflow.provenance import provenance
 from grpoflow.rewards.trl import ZNORM_FUNC, build_reward_funcs
-from grpoflow.train.rl_data import read_rl_rows
-from grpoflow.train.trl_checkpoints import LIVE_METRICS, checkpoints, is_complete, is_peft_checkpoint, latest_complete
 
 log = logging.getLogger(__name__)
-
-# TRL's logged names -> the project's metric names (docs/ARCHITECTURE.md); rewards/<f>/mean -> reward/<f>.
-# accuracy, answer_found, verify_errors, reward_unnormalized come from grpoflow.rewards' TRL adapter (log_metric).
-METRIC_NAMES = {
-    "reward": "reward",
-    "reward_std": "reward_std",
-    "accuracy": "accuracy",
-    "answer_found": "answer_found",
-    "verify_errors": "verify_errors",
-    "completions/mean_length": "response_length",
-    "completions/max_length": "response_length_max",
-    "completions/clipped_ratio": "truncated_fraction",
-    "clip_ratio/region_mean": "clip_ratio",
-    "frac_reward_zero_std": "frac_reward_zero_std",
-    "kl": "kl",
-    "entropy": "entropy",
-    "loss": "loss",
-    "learning_rate": "learning_rate",
-    "grad_norm": "grad_norm",
-    "step_time": "time_s",
-}
 
 # A SIGTERM this soon after the first is a duplicate delivery of the same stop, not a second request.
 REPEATED_SIGNAL_S = 5.0
@@ -80,12 +59,11 @@ RESUMABLE_CHANGES = {
 
 
 def metrics_row(step: int, logs: dict) -> dict:
-    row: dict = {"step": step}
+    """TRL's logs of one step as a train_metrics.jsonl row (METRICS, plus rewards/<f>/mean -> reward/<f>)."""
+    row = map_metrics(step, logs, METRICS)
     for key, value in logs.items():
-        if isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value)):
-            if key in METRIC_NAMES:
-                row[METRIC_NAMES[key]] = value
-            elif key.startswith("rewards/") and key.endswith("/mean") and key != f"rewards/{ZNORM_FUNC}/mean":
+        if number(value) is not None:
+            if key.startswith("rewards/") and key.endswith("/mean") and key != f"rewards/{ZNORM_FUNC}/mean":
                 row["reward/" + key[len("rewards/") : -len("/mean")]] = value
     # With per-prompt z-norm TRL's `reward` is the normalised sum (~0); the report wants R itself.
     if isinstance(logs.get("reward_unnormalized"), (int, float)):
@@ -150,7 +128,7 @@ def prepare_checkpoint_dir(spec: dict, model_path: str) -> tuple[int, Path] | No
         where=f"experiments.{spec['experiment']}",
     )
     latest_step = latest[0] if latest else 0
-    for step, path in checkpoints(ckpt_dir).items():
+    for step, path in step_dirs(ckpt_dir).items():
         if step > latest_step and not is_complete(path, step):
             log.warning("removing %s: its save was cut off (no complete trainer_state.json)", path)
             shutil.rmtree(path)
@@ -405,22 +383,20 @@ def finish(spec: dict, model_path: str, final_step: int) -> dict:
     rows = [r for r in read_metrics(live) if r["step"] <= final_step]
     if not rows:
         raise GrpoflowError(f"training of {name} logged no metrics to {live}: check trl.logging_steps")
-    atomic_write_jsonl(spec["metrics"], rows)
-    marker = {
-        "experiment": name,
-        "backend": "trl",
-        "planned_steps": total,
-        "final_step": final_step,
-        "checkpoint_dir": str(ckpt_dir),
-        "final_checkpoint": str(final),
-        "checkpoint_format": "peft_adapter" if is_peft_checkpoint(final) else "hf_model",
-        "start_model": model_path,
-        "metrics_summary": rows[-1],
-        # Non-empty only when the run continued across a settings change (resume_across_changes): which steps
-        # were trained from what.
-        "settings_history": (record.read_record(ckpt_dir) or {}).get("history", []),
-        "provenance": provenance({k: v for k, v in spec.items() if k not in ("marker", "metrics")}),
-    }
-    atomic_write_json(spec["marker"], marker)
+    write_metrics(spec["metrics"], rows)
+    marker = write_marker(
+        spec["marker"],
+        experiment=name,
+        backend="trl",
+        planned_steps=total,
+        final_step=final_step,
+        checkpoint_dir=str(ckpt_dir),
+        final_checkpoint=str(final),
+        checkpoint_format="peft_adapter" if is_peft_checkpoint(final) else "hf_model",
+        start_model=model_path,
+        metrics_summary=rows[-1],
+        settings_history=(record.read_record(ckpt_dir) or {}).get("history", []),
+        provenance=provenance({k: v for k, v in spec.items() if k not in ("marker", "metrics")}),
+    )
     log.info("training of %s complete: %s", name, json.dumps(rows[-1]))
     return marker

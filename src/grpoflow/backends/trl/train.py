@@ -2,11 +2,11 @@
 
 ``command(cfg, experiment, inputs, outputs)`` is composed when Snakemake builds the DAG::
 
-    python -m grpoflow.train.trl_grpo --spec '{"experiment": ..., "grpo": {...}, ...}'
+    python -m grpoflow.backends.trl.train --spec '{"experiment": ..., "grpo": {...}, ...}'
 
 The spec holds everything that determines the trained weights and nothing else (no evaluation, upload or
 resource settings), so changing any of it, and only it, reruns training. The training itself is
-``grpoflow.train.trl_runner.run_training`` (TRL ``GRPOTrainer``); this module stays free of torch/TRL imports
+``grpoflow.backends.trl.runner.run_training`` (TRL ``GRPOTrainer``); this module stays free of torch/TRL imports
 because the Snakefile imports it on every dry-run.
 """
 
@@ -40,7 +40,7 @@ def training_spec(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: d
 
 def command(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> str:
     spec = training_spec(cfg, experiment, inputs, outputs)
-    return f"python -m grpoflow.train.trl_grpo --spec {shlex.quote(json.dumps(spec, sort_keys=True))}"
+    return f"python -m grpoflow.backends.trl.train --spec {shlex.quote(json.dumps(spec, sort_keys=True))}"
 
 
 @register_backend_check("trl")
@@ -64,10 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     from grpoflow.workflow import guarded, setup_logging
 
     parser = argparse.ArgumentParser(
-        prog="python -m grpoflow.train.trl_grpo", description="GRPO training with TRL (the trl backend of train_grpo)."
+        prog="python -m grpoflow.backends.trl.train",
+        description="GRPO training with TRL (the trl backend of train_grpo).",
     )
     parser.add_argument(
-        "--spec", required=True, help="JSON training spec, as composed by grpoflow.train.trl_grpo.command"
+        "--spec", required=True, help="JSON training spec, as composed by grpoflow.backends.trl.train.command"
     )
     args = parser.parse_args(argv)
     setup_logging()
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--spec is not valid JSON: {exc}")
 
     def train() -> None:
-        from grpoflow.train.trl_runner import run_training
+        from grpoflow.backends.trl.runner import run_training
 
         run_training(spec)
 

@@ -1,10 +1,10 @@
 """The shell command `train_grpo` runs for a verl experiment.
 
-    [env K=V ...] python -m grpoflow.verl.train --marker ... --metrics ... --config-hash ... -- \\
+    [env K=V ...] python -m grpoflow.backends.verl.train --marker ... --metrics ... --config-hash ... -- \\
         python -m verl.trainer.main_ppo <overrides>
 
 The part after ``--`` is verl's own command line, exactly as it runs (``snakemake -n -p`` prints it): copy it
-to reproduce a run by hand. The wrapper in front (``grpoflow.verl.train``) runs it directly on one node or
+to reproduce a run by hand. The wrapper in front (``grpoflow.backends.verl.train``) runs it directly on one node or
 through the Ray launcher on several, then turns verl's checkpoints and file logs into the completion marker
 and ``train_metrics.jsonl``.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import shlex
 
+from grpoflow.backends.verl import overrides as ov
 from grpoflow.config import WorkflowConfig, config_hash
-from grpoflow.verl import overrides as ov
 
 # The experiment sections that define what gets trained. The marker's config hash covers exactly these, so
 # changing e.g. upload.repo_id or merge_step neither changes the command nor retrains.
@@ -42,7 +42,7 @@ def command(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -
     wrapper = [
         "python",
         "-m",
-        "grpoflow.verl.train",
+        "grpoflow.backends.verl.train",
         "--marker",
         outputs["marker"],
         "--metrics",

@@ -1,6 +1,6 @@
 """Wait until a Ray cluster has the expected nodes and GPUs (used by the multi-node launcher).
 
-    python -m grpoflow.verl.ray_cluster wait --address HOST:PORT --nodes N --gpus TOTAL [--timeout S] [--pids P...]
+    python -m grpoflow.backends.verl.ray_cluster wait --address HOST:PORT --nodes N --gpus TOTAL [--timeout S] [--pids P...]
 
 Exits 0 once Ray reports at least N alive nodes holding TOTAL GPUs together, 1 with a one-line reason when
 the timeout passes first (GPUs not visible on a node) or, at once, when one of the watched processes (the
@@ -88,7 +88,7 @@ def wait(address: str, nodes: int, gpus: int, timeout: float, pids: list[int] = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m grpoflow.verl.ray_cluster")
+    p = argparse.ArgumentParser(prog="python -m grpoflow.backends.verl.ray_cluster")
     sub = p.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("wait", help="wait for N nodes and TOTAL GPUs")
     w.add_argument("--address", required=True)

@@ -1,0 +1,100 @@
+"""The training backends of `train_grpo`: a registry, and the interface every backend provides.
+
+A backend is one package, ``grpoflow.backends.<name>`` (today ``trl`` and ``verl``), registered in
+``BACKENDS``. Its ``__init__.py`` exposes the same small interface, and nothing else is needed by the rest of
+grpoflow:
+
+``command(cfg, experiment, inputs, outputs) -> str``
+    The shell command of the ``train_grpo`` rule, composed when Snakemake builds the DAG (``snakemake -n -p``
+    prints it; a change of it reruns training). ``inputs`` has ``train``, ``val`` (optional) and ``sft`` (the
+    path of sft.json); ``outputs`` has ``marker`` and ``metrics``. The command runs the backend's own entry point
+    (``python -m grpoflow.backends.<name>.train ...``), which trains (or resumes) to ``grpo.total_steps`` and
+    then writes ``outputs["metrics"]`` and ``outputs["marker"]`` with the shared writers of
+    ``grpoflow.backends.common`` (``write_metrics``, ``write_marker``).
+``SETTINGS: dict[str, str]``
+    grpoflow config key (``grpo.learning_rate``) -> the trainer's own setting it becomes
+    (``GRPOConfig.learning_rate``, ``actor_rollout_ref.actor.optim.lr``), for every ``grpo.*`` key the backend
+    reads; keys it does not support are absent. docs/backends.md is generated from these tables
+    (``python -m grpoflow.backends table``), and each backend's tests check the table against the settings its
+    code builds.
+``checkpoints(checkpoint_dir) -> dict[int, Path]``
+    The complete checkpoints of a checkpoint dir by step (``grpoflow.backends.common.scan_checkpoints``).
+``METRICS: dict[str, str]``
+    The trainer's logged metric name -> the ``train_metrics.jsonl`` key (docs/ARCHITECTURE.md), applied with
+    ``grpoflow.backends.common.map_metrics`` (first listed source wins when several name the same key).
+``check(name, exp, cfg=None)``
+    The backend's config cross-check, run at config load (every ``snakemake`` call): registered with
+    ``@grpoflow.config.register_backend_check(<name>)`` and found through this registry. Light: no trainer import.
+
+Importing a backend package must stay light (no torch, TRL, verl, Ray or JAX): the Snakefile imports it on
+every dry-run, and only the chosen backends are imported (``get``). The trainer itself is imported by the
+backend's entry point, in the job. docs/backends.md ("Adding a backend") lists the files a new backend writes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+# name -> package. A new backend adds one line here (and its name to the schema's `backend` enum).
+BACKENDS = {
+    "trl": "grpoflow.backends.trl",
+    "verl": "grpoflow.backends.verl",
+}
+
+INTERFACE = ("command", "SETTINGS", "checkpoints", "METRICS", "check")
+
+
+def get(name: str) -> ModuleType:
+    """The backend package ``name`` (imported on first use)."""
+    try:
+        module = BACKENDS[name]
+    except KeyError:
+        raise KeyError(f"unknown backend {name!r}: one of {', '.join(sorted(BACKENDS))}") from None
+    return importlib.import_module(module)
+
+
+def training_command(cfg, experiment: str, inputs: dict, outputs: dict) -> str:
+    """The ``train_grpo`` shell command of ``experiment``, by its backend (``cfg``: a ``WorkflowConfig``)."""
+    backend = cfg.experiment(experiment)["backend"]
+    return get(backend).command(cfg, experiment, inputs, outputs)
+
+
+def slurm_resources(res: dict) -> dict:
+    """train_grpo's Snakemake resources from an experiment's `resources:` section.
+
+    One node: `--gpus=G`, the job runs in the SLURM plugin's job step. Several nodes (verl's Ray launcher):
+    per-node GRES (a job-wide `--gpus=N*G` breaks the launcher's per-node steps) and `mpi`, so the job's shell
+    runs in the batch script itself (the plugin's own step would collapse the job to one node); the plugin
+    insists on more than one task per node for mpi jobs, so CPUs are split over 2 tasks per node and the
+    launcher starts exactly one Ray process per node with `srun --overlap`. None leaves a resource unset.
+    """
+    nodes, per_node = res["nodes"], res["gpus_per_node"]
+    multi = nodes > 1
+    return {
+        "nodes": nodes,
+        "gpu": None if multi else per_node,
+        "gres": f"gpu:{per_node}" if multi else None,
+        "mpi": "srun" if multi else None,
+        "tasks_per_node": 2 if multi else None,
+        "cpus_per_task": res["cpus_per_task"] // (2 if multi else 1),
+        "mem_mb": res["mem_mb"],
+        "runtime": res["runtime"],
+    }
+
+
+def settings_table(names: list[str] | None = None) -> str:
+    """docs/backends.md's table: one row per grpoflow key, one column per backend (its ``SETTINGS``)."""
+    names = list(names or BACKENDS)
+    tables = {n: get(n).SETTINGS for n in names}
+    keys = sorted({k for t in tables.values() for k in t})
+    lines = ["| grpoflow key | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for key in keys:
+        cells = [_cell(tables[n][key]) if key in tables[n] else "(not supported)" for n in names]
+        lines.append(f"| `{key}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: str) -> str:
+    """Setting names in backticks; a note (words with spaces) as plain text."""
+    return ", ".join(part if " " in part else f"`{part}`" for part in value.split(", "))

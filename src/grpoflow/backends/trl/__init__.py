@@ -1,0 +1,67 @@
+"""The TRL backend (``trl.GRPOTrainer``, one node): the interface of ``grpoflow.backends`` and its tables.
+
+Files:
+
+- ``train.py``: ``command`` (``python -m grpoflow.backends.trl.train --spec JSON``), the config check, and that
+  entry point;
+- ``runner.py``: the resumable GRPOTrainer run (imports torch/TRL; only in the job), ``grpo_config_kwargs`` (the
+  ``grpo.*`` -> ``GRPOConfig`` mapping, ``SETTINGS`` below), and the marker and metrics at the end;
+- ``ckpt.py``: the checkpoint dir (``checkpoint-N``, complete when ``trainer_state.json`` names step N).
+"""
+
+from __future__ import annotations
+
+from grpoflow.backends.trl.ckpt import checkpoints
+from grpoflow.backends.trl.train import check_trl_experiment as check
+from grpoflow.backends.trl.train import command
+
+__all__ = ["METRICS", "SETTINGS", "check", "checkpoints", "command"]
+
+# grpoflow key -> what it sets in TRL (runner.grpo_config_kwargs, runner.peft_config, runner.load_prompts).
+# tests/backends/trl checks this table against the GRPOConfig arguments the runner builds.
+SETTINGS: dict[str, str] = {
+    "grpo.seed": "GRPOConfig.seed, GRPOConfig.data_seed",
+    "grpo.total_steps": "GRPOConfig.max_steps",
+    "grpo.prompts_per_step": "GRPOConfig.per_device_train_batch_size, GRPOConfig.gradient_accumulation_steps",
+    "grpo.num_generations": "GRPOConfig.num_generations",
+    "grpo.learning_rate": "GRPOConfig.learning_rate",
+    "grpo.lr_scheduler": "GRPOConfig.lr_scheduler_type",
+    "grpo.lr_warmup_ratio": "GRPOConfig.warmup_steps",
+    "grpo.kl_coef": "GRPOConfig.beta",
+    "grpo.clip_ratio": "GRPOConfig.epsilon",
+    "grpo.clip_ratio_high": "GRPOConfig.epsilon_high",
+    "grpo.max_grad_norm": "GRPOConfig.max_grad_norm",
+    "grpo.temperature": "GRPOConfig.temperature",
+    "grpo.top_p": "GRPOConfig.top_p",
+    "grpo.top_k": "GRPOConfig.top_k",
+    "grpo.max_prompt_length": "grpoflow drops longer prompts before training",
+    "grpo.max_response_length": "GRPOConfig.max_completion_length",
+    "grpo.save_freq": "GRPOConfig.save_steps",
+    "grpo.max_checkpoints_to_keep": "GRPOConfig.save_total_limit",
+    "grpo.report_to": "GRPOConfig.report_to",
+    "grpo.lora.rank": "LoraConfig.r",
+    "grpo.lora.alpha": "LoraConfig.lora_alpha",
+    "grpo.lora.dropout": "LoraConfig.lora_dropout",
+    "grpo.lora.target_modules": "LoraConfig.target_modules",
+}
+
+# TRL's logged names -> train_metrics.jsonl keys (docs/ARCHITECTURE.md); the runner adds rewards/<f>/mean ->
+# reward/<f>. accuracy, answer_found, verify_errors, reward_unnormalized come from grpoflow.rewards' TRL adapter.
+METRICS: dict[str, str] = {
+    "reward": "reward",
+    "reward_std": "reward_std",
+    "accuracy": "accuracy",
+    "answer_found": "answer_found",
+    "verify_errors": "verify_errors",
+    "completions/mean_length": "response_length",
+    "completions/max_length": "response_length_max",
+    "completions/clipped_ratio": "truncated_fraction",
+    "clip_ratio/region_mean": "clip_ratio",
+    "frac_reward_zero_std": "frac_reward_zero_std",
+    "kl": "kl",
+    "entropy": "entropy",
+    "loss": "loss",
+    "learning_rate": "learning_rate",
+    "grad_norm": "grad_norm",
+    "step_time": "time_s",
+}

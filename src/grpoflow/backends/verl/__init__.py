@@ -1,0 +1,72 @@
+"""The verl backend (``verl.trainer.main_ppo``, FSDP + vLLM, one or several nodes through Ray): the interface
+of ``grpoflow.backends`` and its tables.
+
+Files:
+
+- ``commandline.py``: ``command`` (``python -m grpoflow.backends.verl.train ... -- python -m verl.trainer.main_ppo
+  <overrides>``); ``overrides.py``: an experiment -> verl's Hydra overrides (``SETTINGS`` below);
+- ``checks.py``, ``memory.py``: the config-load checks (batch arithmetic, GPU memory, bf16 master weights);
+  ``validate.py``: the check against verl's own Hydra schema (``python -m grpoflow.backends.verl.validate``);
+- ``train.py``: the job's wrapper around ``main_ppo`` (pre-flight, signals, rotation, marker and metrics);
+  ``ckpt.py``: verl's checkpoint dir; ``metrics.py``: verl's per-step file log -> train_metrics.jsonl rows;
+- ``ray_cluster.py``, ``ray_slurm.sh``: the multi-node Ray launcher.
+
+Importing this package (or ``commandline``, ``overrides``, ``checks``) never imports verl, Hydra or Ray: the
+Snakefile composes commands and runs the cheap checks on every dry-run. Only ``validate`` (the full check
+against verl's real Hydra schema) and the training wrapper's subprocesses need verl installed.
+"""
+
+from __future__ import annotations
+
+from grpoflow.backends.verl.checks import check_verl_experiment as check
+from grpoflow.backends.verl.ckpt import checkpoints
+from grpoflow.backends.verl.commandline import command
+
+__all__ = ["METRICS", "SETTINGS", "check", "checkpoints", "command"]
+
+# grpoflow key -> the verl 0.9.1 overrides it sets (overrides.build, where each override names its source).
+# tests/backends/verl checks this table against the overrides built. grpo.lora.dropout: verl has no LoRA dropout.
+SETTINGS: dict[str, str] = {
+    "grpo.seed": "data.seed, actor_rollout_ref.rollout.seed",
+    "grpo.total_steps": "trainer.total_training_steps, trainer.total_epochs",
+    "grpo.prompts_per_step": "data.train_batch_size",
+    "grpo.num_generations": "actor_rollout_ref.rollout.n",
+    "grpo.learning_rate": "actor_rollout_ref.actor.optim.lr",
+    "grpo.lr_scheduler": "actor_rollout_ref.actor.optim.lr_scheduler_type",
+    "grpo.lr_warmup_ratio": "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio",
+    "grpo.kl_coef": "actor_rollout_ref.actor.use_kl_loss, actor_rollout_ref.actor.kl_loss_coef",
+    "grpo.clip_ratio": "actor_rollout_ref.actor.clip_ratio_low",
+    "grpo.clip_ratio_high": "actor_rollout_ref.actor.clip_ratio_high",
+    "grpo.max_grad_norm": "actor_rollout_ref.actor.optim.clip_grad",
+    "grpo.temperature": "actor_rollout_ref.rollout.temperature",
+    "grpo.top_p": "actor_rollout_ref.rollout.top_p",
+    "grpo.top_k": "actor_rollout_ref.rollout.top_k",
+    "grpo.max_prompt_length": "data.max_prompt_length",
+    "grpo.max_response_length": "data.max_response_length",
+    "grpo.save_freq": "trainer.save_freq",
+    "grpo.max_checkpoints_to_keep": "trainer.max_actor_ckpt_to_keep",
+    "grpo.report_to": "trainer.logger",
+    "grpo.lora.rank": "actor_rollout_ref.model.lora_rank",
+    "grpo.lora.alpha": "actor_rollout_ref.model.lora_alpha",
+    "grpo.lora.target_modules": "actor_rollout_ref.model.target_modules",
+}
+
+# verl's logged names (its `file` logger) -> train_metrics.jsonl keys (docs/ARCHITECTURE.md); when two name the
+# same key, the first one present wins. metrics.to_project adds reward/<f>/mean -> reward/<f>.
+METRICS: dict[str, str] = {
+    "critic/score/mean": "reward",
+    "critic/score/max": "reward_max",
+    "critic/score/min": "reward_min",
+    "reward/accuracy/mean": "accuracy",
+    "acc/mean": "accuracy",
+    "response_length/mean": "response_length",
+    "response_length/max": "response_length_max",
+    "response_length/clip_ratio": "truncated_fraction",
+    "actor/pg_clipfrac": "clip_ratio",
+    "actor/kl_loss": "kl",
+    "actor/entropy": "entropy",
+    "actor/pg_loss": "loss",
+    "actor/lr": "learning_rate",
+    "actor/grad_norm": "grad_norm",
+    "timing_s/step": "time_s",
+}

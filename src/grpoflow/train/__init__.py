@@ -1,1 +1,0 @@
-"""GRPO training: the command train_grpo runs (`command`), the TRL backend and the verl backend."""
