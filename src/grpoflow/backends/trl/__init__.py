@@ -23,7 +23,9 @@ SETTINGS: dict[str, str] = {
     "grpo.seed": "GRPOConfig.seed, GRPOConfig.data_seed",
     "grpo.total_steps": "GRPOConfig.max_steps",
     "grpo.prompts_per_step": "GRPOConfig.per_device_train_batch_size, GRPOConfig.gradient_accumulation_steps",
-    "grpo.num_generations": "GRPOConfig.num_generations",
+    "grpo.num_generations": (
+        "GRPOConfig.num_generations, GRPOConfig.per_device_train_batch_size, GRPOConfig.gradient_accumulation_steps"
+    ),
     "grpo.learning_rate": "GRPOConfig.learning_rate",
     "grpo.lr_scheduler": "GRPOConfig.lr_scheduler_type",
     "grpo.lr_warmup_ratio": "GRPOConfig.warmup_steps",

@@ -29,7 +29,7 @@ It models verl 0.9.1's colocated FSDP2 actor + vLLM rollout (read in the 0.9.1 w
 
 What it cannot know (stated constants below): CUDA contexts, NCCL buffers, what vLLM keeps while asleep,
 allocator fragmentation. They were not measured here (no GPU); each says where its value comes from. The
-calibration against verl's own published configurations is in tests/verl/test_memory.py and docs/cluster.md.
+calibration against verl's own published configurations is in tests/backends/verl/test_memory.py and docs/cluster.md.
 """
 
 from __future__ import annotations

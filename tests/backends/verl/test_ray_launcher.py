@@ -20,7 +20,7 @@ from verlkit import REPO, job_state, leftover_ray, submit, wait_job
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 LAUNCHER = REPO / "src" / "grpoflow" / "backends" / "verl" / "ray_slurm.sh"
-PROBE = REPO / "tests" / "verl" / "ray_probe.py"
+PROBE = REPO / "tests" / "backends" / "verl" / "ray_probe.py"
 BIN = Path(sys.executable).parent
 
 

@@ -1,7 +1,7 @@
 """The GPU-memory fit check and the bf16 master-weight check (grpoflow.backends.verl.memory), calibrated against
 configurations verl publishes as running on 80 GB GPUs, and the shipped configs.
 
-Print the numbers: ``PYTHONPATH=src .venv/bin/pytest -q -s tests/verl/test_memory.py -k calibration``."""
+Print the numbers: ``PYTHONPATH=src .venv/bin/pytest -q -s tests/backends/verl/test_memory.py -k calibration``."""
 
 from __future__ import annotations
 

@@ -1,0 +1,123 @@
+"""The backend registry and the interface every backend provides; docs/backends.md's table is the SETTINGS tables;
+the shared writers and the checkpoint scanner of grpoflow.backends.common."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+
+import pytest
+from grpoflow_testing import REPO
+
+from grpoflow import backends
+from grpoflow.backends import common
+from grpoflow.errors import GrpoflowError
+
+
+@pytest.mark.parametrize("name", sorted(backends.BACKENDS))
+def test_every_backend_provides_the_interface(name):
+    module = backends.get(name)
+    for attr in backends.INTERFACE:
+        assert hasattr(module, attr), f"grpoflow.backends.{name} lacks {attr}"
+    assert callable(module.command) and callable(module.checkpoints) and callable(module.check)
+    assert module.SETTINGS and all(k.startswith("grpo.") for k in module.SETTINGS)
+    assert module.METRICS and all(isinstance(v, str) for v in module.METRICS.values())
+
+
+def test_the_schema_backends_are_the_registry():
+    from grpoflow.config import _backend_check
+
+    for name in backends.BACKENDS:
+        assert callable(_backend_check(name))
+    with pytest.raises(KeyError, match="unknown backend"):
+        backends.get("nope")
+
+
+def test_importing_the_backends_imports_no_trainer():
+    code = (
+        "import sys, grpoflow.backends as b\n"
+        "[b.get(n) for n in b.BACKENDS]\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'trl', 'verl', 'ray', 'jax', 'transformers')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_docs_table_is_the_settings_tables():
+    doc = (REPO / "docs" / "backends.md").read_text(encoding="utf-8")
+    m = re.search(r"<!-- settings table[^>]*-->\n(.*?)<!-- end settings table -->", doc, re.S)
+    assert m, "docs/backends.md lost its settings-table markers"
+    assert m.group(1) == backends.settings_table(), (
+        "docs/backends.md is stale: paste `python -m grpoflow.backends table`"
+    )
+
+
+def test_table_command_prints_the_table():
+    out = subprocess.run(
+        [sys.executable, "-m", "grpoflow.backends", "table"], capture_output=True, text=True, check=True
+    ).stdout
+    assert out == backends.settings_table()
+
+
+def test_marker_has_the_shared_keys_and_only_for_a_complete_run(tmp_path):
+    path = tmp_path / "training_complete.json"
+    shared = dict(
+        experiment="E",
+        backend="x",
+        planned_steps=3,
+        checkpoint_dir="ck",
+        final_checkpoint="ck/3",
+        metrics_summary={"step": 3},
+        settings_history=[],
+        provenance={"p": 1},
+    )
+    with pytest.raises(GrpoflowError, match="step 2 of 3"):
+        common.write_marker(path, final_step=2, **shared)
+    assert not path.exists()
+    marker = common.write_marker(path, final_step=3, nodes=1, **shared)
+    assert json.loads(path.read_text()) == marker
+    assert set(marker) == {
+        "experiment",
+        "backend",
+        "planned_steps",
+        "final_step",
+        "checkpoint_dir",
+        "final_checkpoint",
+        "nodes",
+        "metrics_summary",
+        "settings_history",
+        "provenance",
+    }
+
+
+def test_scanner_keeps_complete_step_dirs_in_step_order(tmp_path):
+    for step in (10, 2, 7):
+        (tmp_path / f"step-{step}").mkdir()
+    (tmp_path / "step-3").write_text("a file, not a checkpoint")
+    (tmp_path / "other-1").mkdir()
+    pattern = re.compile(r"^step-(\d+)$")
+    found = common.scan_checkpoints(tmp_path, pattern, lambda path, step: step != 10)
+    assert list(found) == [2, 7] and found[7] == tmp_path / "step-7"
+    assert sorted(common.step_dirs(tmp_path, pattern)) == [2, 7, 10]
+    assert common.latest_checkpoint(found) == (7, tmp_path / "step-7")
+    assert common.latest_checkpoint({}) is None
+    assert common.scan_checkpoints(tmp_path / "missing", pattern, lambda p, s: True) == {}
+
+
+def test_metrics_mapping_takes_numbers_first_listed_source_wins(tmp_path):
+    table = {"a/mean": "a", "a_old": "a", "b": "b", "c": "c", "d": "d"}
+    row = common.map_metrics(4, {"a_old": 1.0, "a/mean": 2.0, "b": math.nan, "c": True, "d": 3, "e": 5}, table)
+    assert row == {"step": 4, "a": 2.0, "d": 3}
+    assert common.map_metrics(5, {"a_old": 1.5}, table) == {"step": 5, "a": 1.5}
+    out = tmp_path / "train_metrics.jsonl"
+    common.write_metrics(out, [row])
+    assert [json.loads(line) for line in out.read_text().splitlines()] == [row]
+
+
+@pytest.mark.parametrize("name", sorted(backends.BACKENDS))
+def test_every_backend_scans_with_the_common_scanner(name, tmp_path):
+    assert backends.get(name).checkpoints(tmp_path) == {}
+    assert backends.get(name).checkpoints(tmp_path / "missing") == {}
