@@ -21,6 +21,7 @@ from typing import Any, Iterable
 import jsonschema
 import yaml
 
+from grpoflow.backends import BACKENDS
 from grpoflow.errors import ConfigError
 
 SPLITS = ("train", "val", "test")
@@ -585,8 +586,10 @@ def resolve_config(raw: dict) -> WorkflowConfig:
     for name, exp in (raw.get("experiments") or {}).items():
         merged = deep_merge(defaults, exp or {})
         _check(merged, {"$ref": "#/$defs/experiment"}, fill_defaults=True, where=f"experiments.{name}")
-        # Keep only the chosen backend's section: the other one's defaults must not change training params.
-        merged.pop("trl" if merged["backend"] == "verl" else "verl", None)
+        # Keep only the chosen backend's section: the others' defaults must not change training params.
+        for other in BACKENDS:
+            if other != merged["backend"]:
+                merged.pop(other, None)
         experiments[name] = merged
     datasets = {}
     for name, ds in (raw.get("datasets") or {}).items():
