@@ -194,9 +194,9 @@ from grpoflow.backends.verl.memory import summary as _training_summary
 
 
 def print_training_summaries():
-    """Each verl experiment's GPU-memory estimate and what a time limit costs (grpoflow.backends.verl.memory.summary), one
-    line each on stderr when the config loads: so `snakemake -n -p` shows them above the jobs (and `--dag` output on
-    stdout stays a graph). Not a param or message: editing the estimate's constants must not retrain, and the
+    """Each verl experiment's GPU-memory estimate and what a time limit costs
+    (grpoflow.backends.verl.memory.summary), one line each on stderr when the config loads: so `snakemake -n -p`
+    shows them above the jobs (and `--dag` output on stdout stays a graph). Not a param or message: editing the estimate's constants must not retrain, and the
     usual listing of train_grpo jobs stays. Only the main process prints: the jobs' own Snakemake does not."""
     if not workflow.is_main_process:
         return

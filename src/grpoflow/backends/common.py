@@ -70,10 +70,9 @@ def write_marker(
 def step_dirs(checkpoint_dir: str | os.PathLike, pattern: re.Pattern) -> dict[int, Path]:
     """Every dir of ``checkpoint_dir`` whose name matches ``pattern`` (group 1: the step), by step, complete or not;
     {} when ``checkpoint_dir`` does not exist."""
-    root = Path(checkpoint_dir)
-    if not root.is_dir():
-        return {}
-    return {int(m.group(1)): p for p in root.iterdir() if p.is_dir() and (m := pattern.match(p.name))}
+    from grpoflow.discovery import checkpoint_steps  # the same scan finds an SFT run's step dirs
+
+    return checkpoint_steps(checkpoint_dir, pattern)
 
 
 def scan_checkpoints(

@@ -135,8 +135,8 @@ def test_node_count_mismatch_is_refused(local_slurm, tmp_path):
 
 
 def test_wrapper_runs_multi_node_through_the_launcher(local_slurm, tmp_path, tiny_model):
-    """grpoflow.backends.verl.train with trainer.nnodes=2 goes through the launcher (the probe sees both nodes); the probe
-    trains nothing, so the wrapper then reports the zero-step exit instead of writing a marker."""
+    """grpoflow.backends.verl.train with trainer.nnodes=2 goes through the launcher (the probe sees both nodes); the
+    probe trains nothing, so the wrapper then reports the zero-step exit instead of writing a marker."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
