@@ -1,0 +1,500 @@
+"""The Tunix backend's training run: Tunix 0.1.7 ``GRPOLearner`` on JAX (CPU, TPU or GPU), resumable, with the
+same outputs as the other backends.
+
+What it does, in order (``run_training``):
+
+1. checks the checkpoint dir (one trainer at a time, the settings it was trained with: grpoflow.checkpoint_record),
+   removes Orbax saves that were cut off (``<step>.orbax-checkpoint-tmp*``) and the metrics of steps that will be
+   trained again;
+2. loads the start model (an HF Qwen3 dir: grpoflow.backends.tunix.qwen3) as the actor, and a second copy as the
+   frozen reference when ``grpo.kl_coef > 0``;
+3. builds Tunix's ``RLCluster`` (one mesh for actor, reference and rollout; vanilla or vLLM rollout) and
+   ``GRPOLearner`` with the one reward function of grpoflow's registry (grpoflow.rewards.tunix);
+4. trains to ``grpo.total_steps``. Tunix's ``PeftTrainer`` restores the newest Orbax checkpoint under
+   ``<checkpoint_dir>/actor/`` by itself (weights and optimizer state) and fast-forwards the data iterator, which
+   is deterministic (``grpo.seed``), so a resumed run sees the prompts it would have seen;
+5. writes ``train_metrics.jsonl`` and the completion marker, only when the newest complete checkpoint is
+   ``grpo.total_steps``.
+
+SIGTERM (SLURM's time limit, preemption, Ctrl-C of a supervisor) ends the run at the next step boundary: the data
+iterator stops, Tunix's learner leaves its loop and its trainer saves the last finished step (``PeftTrainer.close``
+→ ``_save_last_checkpoint``). A second SIGTERM more than REPEATED_SIGNAL_S later kills at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+from grpoflow import checkpoint_record as record
+from grpoflow.backends.tunix import (
+    ACTOR_SUBDIR,
+    LIVE_METRICS,
+    METRICS,
+    REWARD_COMPONENT_PREFIX,
+    checkpoints,
+    latest_complete,
+)
+from grpoflow.checkpoint_record import data_fingerprint, model_fingerprint
+from grpoflow.discovery import model_path as sft_model_path
+from grpoflow.errors import ConfigError, DataError, GrpoflowError
+from grpoflow.io import atomic_write_json, atomic_write_jsonl, exclusive_dir
+from grpoflow.progress import StepProgress
+from grpoflow.provenance import provenance
+from grpoflow.train.rl_data import read_rl_rows
+
+log = logging.getLogger(__name__)
+
+REPEATED_SIGNAL_S = 5.0
+
+# Settings that do not change what the steps already trained did (see the TRL backend's list).
+RESUMABLE_CHANGES = {
+    ("grpo", "total_steps"),
+    ("grpo", "save_freq"),
+    ("grpo", "max_checkpoints_to_keep"),
+    ("grpo", "report_to"),
+}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Checkpoint dir
+
+
+def training_settings(spec: dict) -> dict:
+    settings = {"grpo": dict(spec["grpo"]), "rewards": spec["rewards"], "tunix": dict(spec["tunix"])}
+    for section, key in RESUMABLE_CHANGES:
+        settings[section].pop(key, None)
+    grpo = spec["grpo"]
+    if grpo.get("lr_scheduler", "constant") != "constant" or grpo.get("lr_warmup_ratio", 0):
+        settings["grpo"]["total_steps"] = grpo["total_steps"]
+    return settings
+
+
+def identity(spec: dict, model_path: str) -> dict:
+    return {
+        "settings": training_settings(spec),
+        "start_model": model_fingerprint(model_path),
+        "data": data_fingerprint(spec["train"]),
+    }
+
+
+def read_metrics(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:  # a line cut off by a kill mid-write
+            continue
+    return rows
+
+
+def prepare_checkpoint_dir(spec: dict, model_path: str) -> int:
+    """Checks and tidies the checkpoint dir; returns the step training resumes from (0: the start model)."""
+    ckpt_dir = Path(spec["checkpoint_dir"])
+    (ckpt_dir / ACTOR_SUBDIR).mkdir(parents=True, exist_ok=True)
+    latest = latest_complete(ckpt_dir)
+    total = spec["grpo"]["total_steps"]
+    if latest and latest[0] > total:
+        raise ConfigError(
+            f"config error: experiments.{spec['experiment']}.grpo.total_steps = {total} but {latest[1]} is already past it: raise total_steps, or delete {ckpt_dir} to train from scratch"
+        )
+    record.check(
+        ckpt_dir,
+        identity(spec, model_path),
+        latest=latest[0] if latest else None,
+        finished=bool(latest) and latest[0] == total,
+        allow_change=spec.get("resume_across_changes", False),
+        where=f"experiments.{spec['experiment']}",
+    )
+    latest_step = latest[0] if latest else 0
+    complete = checkpoints(ckpt_dir)
+    for entry in sorted((ckpt_dir / ACTOR_SUBDIR).iterdir()):
+        step = _step_of(entry.name)
+        if step is not None and complete.get(step) != entry:
+            # An Orbax save cut off by a kill (<step>.orbax-checkpoint-tmp*, or a step dir without its metadata):
+            # Orbax would refuse to save that step again.
+            log.warning("removing %s: its save was cut off", entry)
+            shutil.rmtree(entry)
+    live = ckpt_dir / LIVE_METRICS
+    atomic_write_jsonl(live, [r for r in read_metrics(live) if r.get("step", 0) <= latest_step])
+    if latest:
+        log.info("resuming from %s (step %d of %d)", latest[1], latest_step, total)
+    else:
+        log.info("no checkpoint in %s: training from the start model", ckpt_dir)
+    return latest_step
+
+
+def _step_of(name: str) -> int | None:
+    head = name.split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Data: a deterministic, endless iterator of prompt batches
+
+
+def load_prompts(parquet: str, tokenizer, max_prompt_length: int, where: str) -> list[dict]:
+    """The train split's rows as ``{"prompt": chat-templated text, "ground_truth": str}``; prompts longer than
+    ``max_prompt_length`` tokens are dropped (as the TRL backend does), not cut."""
+    rows = read_rl_rows(parquet, f"the training data ({where}.data)")
+    texts = [tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True) for r in rows]
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    kept = [(t, r) for t, r, n in zip(texts, rows, lengths) if n <= max_prompt_length]
+    if not kept:
+        raise DataError(
+            f"every prompt of {parquet} is longer than {where}.grpo.max_prompt_length = {max_prompt_length} tokens (shortest: {min(lengths, default=0)}): raise max_prompt_length"
+        )
+    if len(kept) < len(rows):
+        log.warning(
+            "dropped %d of %d prompts longer than grpo.max_prompt_length = %d tokens",
+            len(rows) - len(kept),
+            len(rows),
+            max_prompt_length,
+        )
+    return [{"prompt": t, "ground_truth": str(r["reward_model"]["ground_truth"])} for t, r in kept]
+
+
+class PromptBatches:
+    """Batches of ``prompts_per_step`` prompts in a seeded order, epoch after epoch, as Tunix wants them (numpy
+    arrays: Tunix repeats every column ``num_generations`` times with ``np.repeat``).
+
+    Deterministic in ``seed``, so Tunix's fast-forward after a restore (it skips the batches already trained)
+    lands on the prompts the interrupted run would have seen next. Each batch also sets the rollout's sampling
+    seed to (seed, batch index): Tunix's sampler otherwise uses PRNGKey(0) for every call (tunix/generate/
+    sampler.py), which would draw the same noise at every step. ``stop()`` ends the iteration at the next batch
+    (SIGTERM), which makes Tunix's learner leave its loop and save the last finished step.
+    """
+
+    def __init__(self, rows: list[dict], prompts_per_step: int, seed: int, rollout_config=None):
+        import numpy as np
+
+        if len(rows) < prompts_per_step:
+            raise DataError(
+                f"the training data has {len(rows)} usable prompts, fewer than grpo.prompts_per_step = {prompts_per_step}"
+            )
+        self.rows, self.size, self.seed = rows, prompts_per_step, seed
+        self.rollout_config = rollout_config
+        self.stopped = False
+        self._np = np
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def __iter__(self):
+        np = self._np
+        rng = np.random.default_rng(self.seed)
+        index = 0
+        while True:
+            order = rng.permutation(len(self.rows))
+            for start in range(0, len(order) - self.size + 1, self.size):
+                if self.stopped:
+                    return
+                if self.rollout_config is not None:
+                    self.rollout_config.seed = self.seed * 1_000_003 + index
+                chosen = [self.rows[i] for i in order[start : start + self.size]]
+                index += 1
+                yield {
+                    "prompts": np.array([r["prompt"] for r in chosen], dtype=object),
+                    "ground_truth": np.array([r["ground_truth"] for r in chosen], dtype=object),
+                }
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Metrics: Tunix's scalars -> one train_metrics.jsonl row per optimizer step
+
+
+class MetricRows:
+    """A Tunix metrics-logging backend (``MetricsLoggerOptions(backend_kwargs={"custom_backend": [...]})``) that
+    collects the scalars of each step into the project's metric keys (``METRICS``).
+
+    Tunix logs a rollout's metrics (rewards, lengths, grpoflow's) under its global step, counted from 0 before
+    the update they feed, and the update's (loss, kl, grad norm, learning rate) under the optimizer step after it:
+    step N's row joins this attempt's (N − first)th rollout and the actor scalars of N. A row is written (appended and flushed, so a killed run
+    keeps it) once the next step's actor scalars arrive, and the last one by ``flush``.
+    """
+
+    def __init__(self, live: Path, total: int, first_step: int):
+        self.live, self.total, self.first_step = live, total, first_step
+        self.rollout: dict[int, dict] = {}
+        self.actor: dict[int, dict] = {}
+        self.written = first_step
+        self.progress = StepProgress(total)
+        self.finished_at: dict[int, float] = {}  # when each step's update was reported
+        self.first_rollout: int | None = None  # Tunix's global step of this attempt's first rollout
+
+    # the LoggingBackend protocol
+    def log_scalar(self, event: str, value, **kwargs) -> None:
+        step = kwargs.get("step")
+        if step is None:
+            return
+        key = METRICS.get(event)
+        if key is None and event.startswith(REWARD_COMPONENT_PREFIX):
+            key = "reward/" + event[len(REWARD_COMPONENT_PREFIX) :]
+        if key is None:
+            return
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return
+        if event.startswith("actor/"):
+            if int(step) not in self.actor:
+                self.finished_at[int(step)] = time.monotonic()
+            self.actor.setdefault(int(step), {})[key] = number
+            self._write_before(int(step))
+        else:
+            # Tunix's global step restarts at 0 after a resume from its final or signal-time save (PeftTrainer.
+            # _save_last_checkpoint writes no custom metadata, so RLLearner restores global_step 0): count rollouts
+            # from the first one this attempt reports instead.
+            if self.first_rollout is None:
+                self.first_rollout = int(step)
+            row = self.first_step + 1 + int(step) - self.first_rollout
+            self.rollout.setdefault(row, {})[key] = number
+
+    def close(self) -> None:
+        pass
+
+    def flush(self, last_step: int) -> None:
+        self._write_before(last_step + 1)
+
+    def _write_before(self, step: int) -> None:
+        while self.written + 1 < step:
+            n = self.written + 1
+            self.written = n
+            if n not in self.actor:
+                continue
+            row = {"step": n, **self.rollout.pop(n, {}), **self.actor.pop(n)}
+            if n - 1 in self.finished_at:
+                row["time_s"] = round(self.finished_at[n] - self.finished_at.pop(n - 1), 3)
+            with open(self.live, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row) + "\n")
+            log.info("%s", self.progress.line(n, row))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Training
+
+
+def _optimizer(grpo: dict, tunix: dict):
+    import optax
+
+    total, peak = grpo["total_steps"], grpo["learning_rate"]
+    warmup = int(grpo["lr_warmup_ratio"] * total)
+    kind = grpo["lr_scheduler"]
+    if kind == "constant":
+        schedule = optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), optax.constant_schedule(peak)], [warmup]) if warmup else peak
+    elif kind == "cosine":
+        schedule = optax.warmup_cosine_decay_schedule(0.0, peak, warmup, max(total, warmup + 1), end_value=0.0)
+    elif kind == "linear":
+        schedule = optax.join_schedules(
+            [optax.linear_schedule(0.0, peak, warmup), optax.linear_schedule(peak, 0.0, max(total - warmup, 1))], [warmup]
+        )
+    else:
+        raise ConfigError(f"config error: grpo.lr_scheduler = {kind!r} is not supported by the tunix backend (constant, cosine, linear)")
+
+    def clipped_adamw(learning_rate):
+        return optax.chain(
+            optax.clip_by_global_norm(grpo["max_grad_norm"]),
+            optax.adamw(learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=tunix["weight_decay"]),
+        )
+
+    # inject_hyperparams around the whole chain: Tunix logs the learning rate from opt_state.hyperparams.
+    return optax.inject_hyperparams(clipped_adamw)(learning_rate=schedule)
+
+
+def _mesh(tunix: dict):
+    import jax
+
+    n = jax.device_count()
+    fsdp, tp = tunix["mesh"]["fsdp"], tunix["mesh"]["tp"]
+    if fsdp == -1:
+        fsdp = n // tp
+    if fsdp * tp != n:
+        raise ConfigError(
+            f"config error: tunix.mesh fsdp × tp = {fsdp} × {tp} = {fsdp * tp} but this job sees {n} {jax.devices()[0].platform} device(s): set tunix.mesh to match (fsdp: -1 takes all)"
+        )
+    axis_types = (jax.sharding.AxisType.Auto,) * 2
+    return jax.make_mesh((fsdp, tp), ("fsdp", "tp"), axis_types=axis_types)
+
+
+def train(spec: dict, model_path: str, resumed_from: int) -> int:
+    """Tunix GRPO from ``model_path`` (or the newest checkpoint) to ``grpo.total_steps``; returns the newest
+    complete checkpoint's step when it stops."""
+    import orbax.checkpoint as ocp
+    from transformers import AutoTokenizer
+    from tunix.rl import rl_cluster as rl_cluster_lib
+    from tunix.rl.grpo import grpo_learner
+    from tunix.rl.rollout import base_rollout
+    from tunix.sft import metrics_logger
+
+    from grpoflow.backends.tunix import qwen3
+    from grpoflow.rewards.tunix import build_reward_fns
+
+    grpo, tunix, where = spec["grpo"], spec["tunix"], f"experiments.{spec['experiment']}"
+    # Tunix and Orbax log every rollout's trajectory ids and every save's phases at INFO through absl: the job log
+    # keeps grpoflow's progress line per step and their warnings.
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    ckpt_dir = Path(spec["checkpoint_dir"])
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.chat_template is None:
+        raise DataError(
+            f"the start model's tokenizer ({model_path}) has no chat template: GRPO renders the dataset's chat prompts with it; use an SFT checkpoint saved with its tokenizer"
+        )
+    rows = load_prompts(spec["train"], tokenizer, grpo["max_prompt_length"], where)
+    mesh = _mesh(tunix)
+    started = time.monotonic()
+    actor = qwen3.load(model_path, mesh, tunix["dtype"])
+    reference = qwen3.load(model_path, mesh, tunix["dtype"]) if grpo["kl_coef"] > 0 else None
+    log.info("loaded %s%s in %.1f s", model_path, " (+ reference)" if reference is not None else "", time.monotonic() - started)
+
+    rollout = base_rollout.RolloutConfig(
+        max_tokens_to_generate=grpo["max_response_length"],
+        max_prompt_length=grpo["max_prompt_length"],
+        kv_cache_size=grpo["max_prompt_length"] + grpo["max_response_length"] + 8,
+        temperature=grpo["temperature"],
+        top_p=grpo["top_p"],
+        top_k=None if grpo["top_k"] < 0 else grpo["top_k"],
+        eos_tokens=[tokenizer.eos_token_id],
+        rollout_vllm_hbm_utilization=tunix["vllm_hbm_utilization"],
+        rollout_vllm_model_version=model_path if tunix["rollout_engine"] == "vllm" else "",
+    )
+    rows_out = MetricRows(ckpt_dir / LIVE_METRICS, grpo["total_steps"], resumed_from)
+    backends: dict = {"custom_backend": [lambda: rows_out]}
+    training_config = rl_cluster_lib.RLTrainingConfig(
+        actor_optimizer=_optimizer(grpo, tunix),
+        eval_every_n_steps=10**9,  # grpoflow evaluates in its own rule
+        max_steps=grpo["total_steps"],
+        mini_batch_size=grpo["prompts_per_step"],
+        checkpoint_root_directory=str(ckpt_dir),
+        checkpointing_options=ocp.CheckpointManagerOptions(
+            save_interval_steps=grpo["save_freq"], max_to_keep=grpo["max_checkpoints_to_keep"]
+        ),
+        metrics_logging_options=metrics_logger.MetricsLoggerOptions(
+            log_dir=str(ckpt_dir / "tensorboard"), backend_kwargs=backends
+        ),
+        pbar_description=None,
+    )
+    roles = (rl_cluster_lib.Role.ACTOR, rl_cluster_lib.Role.REFERENCE, rl_cluster_lib.Role.ROLLOUT)
+    cluster = rl_cluster_lib.RLCluster(
+        actor=actor,
+        reference=reference,
+        tokenizer=tokenizer,
+        cluster_config=rl_cluster_lib.ClusterConfig(
+            role_to_mesh={role: mesh for role in roles},
+            rollout_engine=tunix["rollout_engine"],
+            offload_to_cpu=tunix["offload_to_cpu"],
+            training_config=training_config,
+            rollout_config=rollout,
+        ),
+    )
+    reward_fns, metric_fn = build_reward_fns(
+        spec["rewards"], grpo["num_generations"], tokenizer=tokenizer, max_response_length=grpo["max_response_length"]
+    )
+    algo = grpo_learner.GRPOConfig(
+        num_generations=grpo["num_generations"],
+        num_iterations=1,
+        beta=grpo["kl_coef"],
+        epsilon=grpo["clip_ratio"],
+        loss_agg_mode=tunix["loss_agg_mode"],
+    )
+    # Tunix's grpo policy loss reads epsilon_high when the config has it (tunix/rl/algo_core.py).
+    algo.epsilon_high = grpo["clip_ratio_high"] if grpo["clip_ratio_high"] is not None else grpo["clip_ratio"]
+    learner = grpo_learner.GRPOLearner(
+        rl_cluster=cluster, algo_config=algo, reward_fns=reward_fns, metric_fns=[_prefixed(metric_fn)]
+    )
+    batches = PromptBatches(rows, grpo["prompts_per_step"], grpo["seed"], rollout)
+    with _stop_on_sigterm(batches):
+        learner.train(batches)
+    final = cluster.actor_trainer.train_steps
+    rows_out.flush(final)
+    log.info("training stopped at step %d of %d after %.0f s", final, grpo["total_steps"], time.monotonic() - started)
+    latest = latest_complete(ckpt_dir)
+    return latest[0] if latest else 0
+
+
+def _prefixed(metric_fn):
+    """Tunix splits a metric name at its first '/' into logger prefix and name: keep grpoflow's apart."""
+
+    def grpoflow_metrics(**kwargs):
+        return {f"grpoflow/{k}": v for k, v in metric_fn(**kwargs).items()}
+
+    return grpoflow_metrics
+
+
+class _stop_on_sigterm:
+    """SIGTERM stops the batches at the next step (Tunix then saves the last finished step); a second one more
+    than REPEATED_SIGNAL_S later kills at once (SLURM often delivers one stop twice within milliseconds)."""
+
+    def __init__(self, batches: PromptBatches):
+        self.batches, self.requested_at, self.previous = batches, None, None
+
+    def _handler(self, signum, frame):
+        now = time.monotonic()
+        if self.requested_at is None:
+            log.warning("SIGTERM: saving a checkpoint after this step, then stopping (send again to stop now)")
+            self.requested_at = now
+            self.batches.stop()
+        elif now - self.requested_at > REPEATED_SIGNAL_S:
+            log.warning("second SIGTERM: stopping now, without a checkpoint")
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def __enter__(self):
+        self.previous = signal.signal(signal.SIGTERM, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        signal.signal(signal.SIGTERM, self.previous)
+        return False
+
+
+def run_training(spec: dict) -> dict:
+    """Train (or resume) to ``grpo.total_steps``; write the metrics and the completion marker. Returns the marker."""
+    total = spec["grpo"]["total_steps"]
+    model_path = sft_model_path(spec["sft"])
+    with exclusive_dir(spec["checkpoint_dir"]):
+        resumed_from = prepare_checkpoint_dir(spec, model_path)
+        if resumed_from == total:
+            log.info("step %d is the planned final step: nothing left to train", total)
+            final_step = total
+        else:
+            final_step = train(spec, model_path, resumed_from)
+        return finish(spec, model_path, final_step)
+
+
+def finish(spec: dict, model_path: str, final_step: int) -> dict:
+    """The metrics output, then the completion marker: only for a complete run."""
+    name, total = spec["experiment"], spec["grpo"]["total_steps"]
+    ckpt_dir = Path(spec["checkpoint_dir"])
+    if final_step != total:
+        raise GrpoflowError(
+            f"training of {name} stopped at step {final_step} of grpo.total_steps = {total} (interrupted); the checkpoints in {ckpt_dir} are kept: rerun to resume"
+        )
+    final = checkpoints(ckpt_dir)[final_step]
+    live = ckpt_dir / LIVE_METRICS
+    rows = [r for r in read_metrics(live) if r["step"] <= final_step]
+    if not rows:
+        raise GrpoflowError(f"training of {name} logged no metrics to {live}")
+    atomic_write_jsonl(spec["metrics"], rows)
+    marker = {
+        "experiment": name,
+        "backend": "tunix",
+        "planned_steps": total,
+        "final_step": final_step,
+        "checkpoint_dir": str(ckpt_dir),
+        "final_checkpoint": str(final),
+        "checkpoint_format": "orbax",
+        "start_model": model_path,
+        "metrics_summary": rows[-1],
+        "settings_history": (record.read_record(ckpt_dir) or {}).get("history", []),
+        "provenance": provenance({k: v for k, v in spec.items() if k not in ("marker", "metrics")}),
+    }
+    atomic_write_json(spec["marker"], marker)
+    log.info("training of %s complete: %s", name, json.dumps(rows[-1]))
+    return marker
