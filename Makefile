@@ -1,6 +1,6 @@
 # The two set-up commands of the README:
 #   make demo   # set up .venv, then run the whole embedded default: snakemake --profile profiles/local
-#   make test   # set up .venv, then the lint gate (make lint), then the test suite (what CI runs)
+#   make test   # set up .venv and .venv-tunix, then the lint gate (make lint), then the test suite (what CI runs)
 # Both are safe to repeat: the environment is rebuilt only when the lock file changes.
 # Set-up (requirements/setup-venv): PYTHON is checked against the lock's supported range before anything is created
 # (a supported one on this machine is used instead, or one line says what to run); installs with uv when it can be
@@ -13,16 +13,30 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.grpoflow-installed
+# The Tunix plane's environment (backend: tunix): its own lock (Tunix pins transformers differently from verl).
+# train_grpo and merge_checkpoint of tunix experiments run in it (grpoflow.deployment finds it at .venv-tunix/).
+TUNIX_VENV := .venv-tunix
+TUNIX_STAMP := $(TUNIX_VENV)/.grpoflow-installed
 
-.PHONY: setup demo test lint dag clean-results
+.PHONY: setup setup-tunix demo demo-tunix test lint dag clean-results
 
 setup: $(STAMP)
 
 $(STAMP): requirements/local.lock pyproject.toml
 	@INSTALLER=$(INSTALLER) TORCH_INDEX=$(TORCH_INDEX) sh requirements/setup-venv $(VENV) "$(PYTHON)" $(firstword $(MAKECMDGOALS) setup)
 
+setup-tunix: $(TUNIX_STAMP)
+
+# uv comes from .venv (the local set-up installs it), so it is put first on PATH.
+$(TUNIX_STAMP): requirements/tunix.lock pyproject.toml $(STAMP)
+	@PATH="$(CURDIR)/$(BIN):$$PATH" INSTALLER=$(INSTALLER) sh requirements/setup-venv $(TUNIX_VENV) "$(PYTHON)" $(firstword $(MAKECMDGOALS) setup-tunix) requirements/tunix.lock
+
 demo: setup
 	$(BIN)/snakemake --profile profiles/local
+
+# The same demo trained by Tunix (JAX) instead of TRL: config/demo-tunix.yaml.
+demo-tunix: setup setup-tunix
+	$(BIN)/snakemake --profile profiles/local --configfile config/demo-tunix.yaml
 
 # ruff and snakefmt settings: pyproject.toml (line length 120, as the code is wrapped).
 lint: setup
@@ -30,7 +44,7 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/snakefmt --check .
 
-test: setup lint
+test: setup setup-tunix lint
 	$(BIN)/pytest
 
 dag: setup  # the DAG picture of the README (needs Graphviz's `dot`)

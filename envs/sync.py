@@ -1,6 +1,6 @@
 """Regenerate the conda env files from the pip lock files, so both install paths get the same pins.
 
-python envs/sync.py          # rewrite envs/{local,cluster}.yaml from requirements/{local,cluster}.lock
+python envs/sync.py          # rewrite envs/{local,cluster,tunix}.yaml from requirements/{local,cluster,tunix}.lock
 python envs/sync.py --check  # exit 1 if they disagree (tests/test_envs.py runs this check)
 """
 
@@ -24,6 +24,13 @@ PAIRS = {
         "the cluster plane: verl 0.9.1 + vLLM 0.24 + torch 2.11 (CUDA) for train_grpo,\n"
         "# merge_checkpoint and vLLM evaluation jobs (backend: verl / evaluation.backend: vllm). After creating it,\n"
         "# on a GPU node: pip install flash-attn==2.8.3.post2 --no-build-isolation (verl's default attention)",
+        [],
+    ),
+    "envs/tunix.yaml": (
+        "requirements/tunix.lock",
+        "grpoflow-tunix",
+        "the Tunix plane: Tunix 0.1.7 + JAX 0.10.2 (CPU) for train_grpo and merge_checkpoint of\n"
+        "# tunix experiments (backend: tunix). On a TPU VM add libtpu==0.0.42.1 (what jax[tpu]==0.10.2 resolves to)",
         [],
     ),
 }

@@ -1,5 +1,7 @@
-"""Installs requirements/local.lock and grpoflow (editable) into the running interpreter's venv: `make setup` runs it
-as .venv/bin/python requirements/install.py (standard library only: nothing is installed yet).
+"""Installs a lock (default requirements/local.lock) and grpoflow (editable) into the running interpreter's venv:
+`make setup` runs it as .venv/bin/python requirements/install.py, `make setup-tunix` as
+.venv-tunix/bin/python requirements/install.py requirements/tunix.lock (standard library only: nothing is installed
+yet).
 
 Installer: uv when it can be had (on PATH, or the lock's uv pin bootstrapped with pip, ~3 s), pip otherwise or when
 uv fails: uv is several times faster here (README: measured set-up times).
@@ -20,7 +22,7 @@ import subprocess
 import sys
 import urllib.request
 
-LOCK = "requirements/local.lock"
+LOCK = sys.argv[1] if len(sys.argv) > 1 else "requirements/local.lock"
 DEFAULT_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
@@ -76,7 +78,7 @@ def main():
     pip_cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check"]
 
     extra = []
-    if torch_index:
+    if torch_index and locked_pin("torch"):
         if reachable(torch_index):
             extra = ["--extra-index-url", torch_index]
         else:
@@ -118,8 +120,8 @@ def main():
     if not ok:
         return 1
 
-    torch_version = importlib.metadata.version("torch")
-    if platform.system() == "Linux" and "+" not in torch_version:
+    torch_version = importlib.metadata.version("torch") if locked_pin("torch") else None
+    if torch_version and platform.system() == "Linux" and "+" not in torch_version:
         say(
             f"installed torch {torch_version}, PyPI's CUDA build with its nvidia-* wheels; for the CPU build rerun where "
             f"{torch_index or DEFAULT_TORCH_INDEX} answers (or set TORCH_INDEX to a mirror of it): rm -rf .venv && make setup"

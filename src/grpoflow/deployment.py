@@ -1,6 +1,6 @@
 """Which environment (Python interpreter) each job runs in, chosen explicitly per job.
 
-Two planes:
+Three planes:
 
 - the *local* plane (data, discovery, TRL training and merging, transformers evaluation, report): Snakemake's
   own interpreter (``sys.executable``). Under SLURM the plugin starts the in-job Snakemake with the
@@ -14,6 +14,11 @@ Two planes:
     4. ``cluster_env.activate``: a shell prefix (``module load ...; source .../bin/activate``) run first, then ``python``;
     5. none of these: Snakemake's own interpreter. The job's environment check (grpoflow.envcheck) then stops it
        in seconds naming what is missing and these settings.
+- the *tunix* plane (``train_grpo`` and ``merge_checkpoint`` of ``backend: tunix`` experiments): Tunix + JAX, whose
+  pins (transformers) differ from verl's, so it has its own lock (requirements/tunix.lock). Picked the same way with
+  ``tunix_env`` (``python`` / ``activate`` / ``container``) and envs/tunix.yaml under ``--sdm conda``; with none of
+  these, ``.venv-tunix/bin/python`` next to the Snakefile when ``make setup-tunix`` made it, else Snakemake's own
+  interpreter (whose environment check then names what is missing).
 
 No job relies on ``PATH`` set by whoever ran Snakemake: an interpreter path is written into the command
 (``snakemake -n -p`` shows it), or the environment is activated by the job itself. The interpreter is part of
@@ -28,7 +33,9 @@ import shlex
 import sys
 from dataclasses import dataclass
 
-CLUSTER, LOCAL = "cluster", "local"
+CLUSTER, LOCAL, TUNIX = "cluster", "local", "tunix"
+# The settings key that names each non-local plane's environment.
+ENV_KEYS = {CLUSTER: "cluster_env", TUNIX: "tunix_env"}
 # Every interpreter call in the commands grpoflow composes is written `python -m <module>`.
 _PYTHON_CALL = re.compile(r"(?<![\w/.-])python(?= -m )")
 
@@ -56,30 +63,42 @@ def deployment_methods(workflow) -> set[str]:
     return {m.name.lower() for m in methods}
 
 
-def job_envs(raw_config: dict, methods: set[str], local_python: str | None = None) -> dict[str, JobEnv]:
-    """The JobEnv of each plane for this Snakemake invocation (see the module docstring for the order)."""
+def job_envs(
+    raw_config: dict, methods: set[str], local_python: str | None = None, tunix_venv_python: str | None = None
+) -> dict[str, JobEnv]:
+    """The JobEnv of each plane for this Snakemake invocation (see the module docstring for the order).
+    ``tunix_venv_python``: the interpreter ``make setup-tunix`` made (.venv-tunix/bin/python), if it exists."""
     local_python = shlex.quote(local_python or sys.executable)
     conda = "conda" in methods
-    spec = raw_config.get("cluster_env") or {}
     local = JobEnv("", "python" if conda else local_python)
-    if conda or ("apptainer" in methods and spec.get("container")):
-        cluster = JobEnv("", "python")
-    elif spec.get("python"):
-        cluster = JobEnv("", shlex.quote(spec["python"]))
-    elif spec.get("activate"):
-        cluster = JobEnv(spec["activate"].strip().rstrip(";"), "python")
-    else:
-        cluster = JobEnv("", local_python)
-    return {LOCAL: local, CLUSTER: cluster}
+
+    def plane(key: str, fallback: str) -> JobEnv:
+        spec = raw_config.get(key) or {}
+        if conda or ("apptainer" in methods and spec.get("container")):
+            return JobEnv("", "python")
+        if spec.get("python"):
+            return JobEnv("", shlex.quote(spec["python"]))
+        if spec.get("activate"):
+            return JobEnv(spec["activate"].strip().rstrip(";"), "python")
+        return JobEnv("", fallback)
+
+    tunix_fallback = shlex.quote(tunix_venv_python) if tunix_venv_python else local_python
+    return {
+        LOCAL: local,
+        CLUSTER: plane(ENV_KEYS[CLUSTER], local_python),
+        TUNIX: plane(ENV_KEYS[TUNIX], tunix_fallback),
+    }
 
 
-def cluster_container(raw_config: dict) -> str | None:
-    """The image cluster-plane jobs run in under --sdm apptainer (``cluster_env.container``), else None."""
-    return (raw_config.get("cluster_env") or {}).get("container") or None
+def container(raw_config: dict, plane: str) -> str | None:
+    """The image a plane's jobs run in under --sdm apptainer (``cluster_env.container`` / ``tunix_env.container``);
+    None for the local plane, which stays in Snakemake's environment."""
+    key = ENV_KEYS.get(plane)
+    return ((raw_config.get(key) or {}).get("container") or None) if key else None
 
 
 def experiment_plane(exp: dict) -> str:
-    return CLUSTER if exp["backend"] == "verl" else LOCAL
+    return {"verl": CLUSTER, "tunix": TUNIX}.get(exp["backend"], LOCAL)
 
 
 def evaluation_plane(evaluation: dict) -> str:

@@ -60,9 +60,14 @@ def merge_checkpoint(
             info = merge_verl(checkpoint_dir, step, base, tmp)
         elif backend == "trl":
             info = merge_trl(checkpoint_dir, step, base, tmp)
+        elif backend == "tunix":
+            from grpoflow.backends.tunix.merge import merge as merge_tunix
+
+            info = merge_tunix(checkpoint_dir, step, base, tmp)
         else:
             raise GrpoflowError(f"merge_checkpoint: unknown backend {backend!r}")
-        info["checks"] = check_merged(tmp, base)
+        # The Tunix environment has no torch: its export is checked tensor by tensor against the start's files.
+        info["checks"] = check_merged(tmp, base, load_with="safetensors" if backend == "tunix" else "transformers")
         info.update(
             {"backend": backend, "step": step, "base_model": base, "seconds": round(time.monotonic() - started, 1)}
         )
@@ -256,10 +261,11 @@ def _generation_config(path: Path) -> dict | None:
     return data
 
 
-def check_merged(model_dir: Path, base: str) -> dict[str, Any]:
-    """The checks a merged model must pass before it replaces results/{experiment}/model."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def check_merged(model_dir: Path, base: str, load_with: str = "transformers") -> dict[str, Any]:
+    """The checks a merged model must pass before it replaces results/{experiment}/model. ``load_with``:
+    ``transformers`` loads it with AutoModelForCausalLM (torch); ``safetensors`` compares its tensors' names,
+    shapes and dtypes with the SFT start's and checks their values are finite (numpy: the Tunix environment)."""
+    from transformers import AutoTokenizer
 
     model_dir = Path(model_dir)
     checks: dict[str, Any] = {}
@@ -281,6 +287,29 @@ def check_merged(model_dir: Path, base: str) -> dict[str, Any]:
             )
         checks["generation_config"] = "equal to the SFT start's" if want is not None else "absent in both"
 
+    checks["weights"] = (_check_weights_torch if load_with == "transformers" else _check_weights_safetensors)(
+        model_dir, base_dir
+    )
+
+    try:
+        tok = AutoTokenizer.from_pretrained(model_dir)
+    except Exception as err:  # noqa: BLE001
+        raise GrpoflowError(
+            f"the merged model in {model_dir} has no loadable tokenizer: {' '.join(str(err).split())[:200]}"
+        )
+    if not tok.chat_template:
+        raise GrpoflowError(
+            f"the merged model in {model_dir} has no chat template (evaluation renders prompts with it): the checkpoint's tokenizer lacks it; give the SFT model one"
+        )
+    tok.apply_chat_template([{"role": "user", "content": "1+1?"}], tokenize=False, add_generation_prompt=True)
+    checks["tokenizer"] = {"class": type(tok).__name__, "vocab": len(tok), "chat_template": True}
+    return checks
+
+
+def _check_weights_torch(model_dir: Path, base_dir: Path | None) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM
+
     try:
         model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto", output_loading_info=True)
     except Exception as err:  # noqa: BLE001 (any load failure is the finding)
@@ -298,25 +327,51 @@ def check_merged(model_dir: Path, base: str) -> dict[str, Any]:
         raise GrpoflowError(
             f"the merged model has non-finite values in {len(bad)} tensor(s) (e.g. {bad[0]}): the checkpoint is damaged; merge another step"
         )
-    checks["weights"] = {
+    return {
         "parameters": sum(p.numel() for p in model.parameters()),
         "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
     }
-    del model
 
-    try:
-        tok = AutoTokenizer.from_pretrained(model_dir)
-    except Exception as err:  # noqa: BLE001
-        raise GrpoflowError(
-            f"the merged model in {model_dir} has no loadable tokenizer: {' '.join(str(err).split())[:200]}"
-        )
-    if not tok.chat_template:
-        raise GrpoflowError(
-            f"the merged model in {model_dir} has no chat template (evaluation renders prompts with it): the checkpoint's tokenizer lacks it; give the SFT model one"
-        )
-    tok.apply_chat_template([{"role": "user", "content": "1+1?"}], tokenize=False, add_generation_prompt=True)
-    checks["tokenizer"] = {"class": type(tok).__name__, "vocab": len(tok), "chat_template": True}
-    return checks
+
+def _tensor_specs(model_dir: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    from safetensors import safe_open
+
+    specs = {}
+    for shard in sorted(Path(model_dir).glob("*.safetensors")):
+        with safe_open(str(shard), framework="numpy") as fh:
+            for key in fh.keys():
+                part = fh.get_slice(key)
+                specs[key] = (tuple(part.get_shape()), part.get_dtype())
+    return specs
+
+
+def _check_weights_safetensors(model_dir: Path, base_dir: Path | None) -> dict:
+    import ml_dtypes  # noqa: F401 (numpy reads bf16 tensors through it)
+    import numpy as np
+    from safetensors import safe_open
+
+    have = _tensor_specs(model_dir)
+    if not have:
+        raise GrpoflowError(f"the merged model in {model_dir} has no *.safetensors weights")
+    if base_dir is not None:
+        want = _tensor_specs(base_dir)
+        diff = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
+        if diff:
+            raise GrpoflowError(
+                f"the merged model's tensor {diff[0]} is {have.get(diff[0])} but the SFT start's is {want.get(diff[0])} ({len(diff)} differ): the merge is incomplete"
+            )
+    for shard in sorted(Path(model_dir).glob("*.safetensors")):
+        with safe_open(str(shard), framework="numpy") as fh:
+            for key in fh.keys():
+                if not np.isfinite(fh.get_tensor(key).astype(np.float32)).all():
+                    raise GrpoflowError(
+                        f"the merged model has non-finite values in {key}: the checkpoint is damaged; merge another step"
+                    )
+    return {
+        "parameters": sum(int(np.prod(shape)) for shape, _ in have.values()),
+        "dtype": sorted({dtype for _, dtype in have.values()}),
+        "tensors": "names, shapes and dtypes equal to the SFT start's" if base_dir is not None else len(have),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,43 @@
+"""merge_checkpoint for the Tunix backend: an Orbax checkpoint → a plain Hugging Face model dir.
+
+The start model (the SFT checkpoint the run began from) is loaded into Tunix's Qwen3, the step's trained weights
+are restored into it with Tunix's own checkpoint manager (``tunix.sft.checkpoint_manager``: the ``model_params``
+item of ``<checkpoint_dir>/actor/<step>``; the optimizer state is not read), and the result is exported with the
+start's tensor names, shapes and dtype, config, generation config and tokenizer (grpoflow.backends.tunix.qwen3).
+Runs in the Tunix environment.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from grpoflow.backends.tunix import ACTOR_SUBDIR, checkpoints
+from grpoflow.errors import DataError
+
+log = logging.getLogger(__name__)
+
+
+def merge(checkpoint_dir: str, step: int, base: str, out: Path) -> dict:
+    import jax
+    from tunix.sft.checkpoint_manager import CheckpointManager
+
+    from grpoflow.backends.tunix import qwen3
+
+    found = checkpoints(checkpoint_dir)
+    if step not in found:
+        raise DataError(
+            f"{Path(checkpoint_dir) / ACTOR_SUBDIR / str(step)} is not a complete Tunix checkpoint (complete ones in {checkpoint_dir}: {sorted(found) or 'none'}): set merge_step to one of them"
+        )
+    mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2, devices=jax.devices()[:1])
+    model = qwen3.load(base, mesh)
+    manager = CheckpointManager(str(Path(checkpoint_dir) / ACTOR_SUBDIR))
+    try:
+        restored, _ = manager.maybe_restore(model, step=step)
+    finally:
+        manager.close()
+    if restored != step:
+        raise DataError(f"Tunix restored step {restored} of {checkpoint_dir}, not {step}")
+    info = qwen3.export(model, base, out)
+    log.info("exported Tunix step %d (%d tensors) from %s", step, info["tensors"], found[step])
+    return {"source": str(found[step]), "lora": None, **info}
