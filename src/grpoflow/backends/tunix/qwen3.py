@@ -71,8 +71,9 @@ def rope_theta(cfg: dict) -> float:
     return float(theta)
 
 
-def model_config(cfg: dict, dtype: str = "float32"):
-    """Tunix's ``ModelConfig`` for an HF Qwen3 ``config.json``."""
+def model_config(cfg: dict, param_dtype: str = "float32", compute_dtype: str = "float32"):
+    """Tunix's ``ModelConfig`` for an HF Qwen3 ``config.json`` (weights in ``param_dtype``, activations in
+    ``compute_dtype``)."""
     import jax.numpy as jnp
     from tunix.models.qwen3 import model as qwen3_model
 
@@ -87,8 +88,8 @@ def model_config(cfg: dict, dtype: str = "float32"):
         rope_theta=rope_theta(cfg),
         norm_eps=cfg["rms_norm_eps"],
         use_tied_embedding=bool(cfg.get("tie_word_embeddings", False)),
-        dtype=getattr(jnp, dtype),
-        param_dtype=getattr(jnp, dtype),
+        dtype=getattr(jnp, compute_dtype),
+        param_dtype=getattr(jnp, param_dtype),
     )
     return qwen3_model.ModelConfig(**kwargs)
 
@@ -105,13 +106,16 @@ def _bind_rope_theta(theta: float) -> None:
     qwen3_model.apply_rope = functools.partial(original, rope_theta=theta)
 
 
-def load(model_dir: str | Path, mesh, dtype: str = "float32"):
-    """An HF Qwen3 model dir as a Tunix ``Qwen3`` module on ``mesh``."""
+def load(model_dir: str | Path, mesh, param_dtype: str = "float32", compute_dtype: str = "float32"):
+    """An HF Qwen3 model dir as a Tunix ``Qwen3`` module on ``mesh``, its weights cast to ``param_dtype``."""
+    import jax.numpy as jnp
     from tunix.models.qwen3 import params as qwen3_params
 
     cfg = hf_config(model_dir)
     _bind_rope_theta(rope_theta(cfg))
-    return qwen3_params.create_model_from_safe_tensors(str(model_dir), model_config(cfg, dtype), mesh)
+    return qwen3_params.create_model_from_safe_tensors(
+        str(model_dir), model_config(cfg, param_dtype, compute_dtype), mesh, dtype=getattr(jnp, param_dtype)
+    )
 
 
 def _flat_params(model) -> dict[str, object]:
