@@ -30,12 +30,19 @@ wildcard_constraints:
 
 ENV_LOCAL = "../envs/local.yaml"
 ENV_CLUSTER = "../envs/cluster.yaml"
+ENV_TUNIX = "../envs/tunix.yaml"
 
 # ---- which environment runs each job (grpoflow.deployment: --sdm conda / apptainer, cluster_env, or Snakemake's) ----
 from grpoflow import deployment as _deploy
 
-JOB_ENVS = _deploy.job_envs(config, _deploy.deployment_methods(workflow))
-_CONDA_ENVS = {_deploy.CLUSTER: ENV_CLUSTER, _deploy.LOCAL: ENV_LOCAL}
+# `make setup-tunix` builds the Tunix environment next to the Snakefile: the tunix plane's default interpreter.
+_TUNIX_VENV_PYTHON = os.path.join(workflow.basedir, ".venv-tunix", "bin", "python")
+JOB_ENVS = _deploy.job_envs(
+    config,
+    _deploy.deployment_methods(workflow),
+    tunix_venv_python=_TUNIX_VENV_PYTHON if os.path.exists(_TUNIX_VENV_PYTHON) else None,
+)
+_CONDA_ENVS = {_deploy.CLUSTER: ENV_CLUSTER, _deploy.LOCAL: ENV_LOCAL, _deploy.TUNIX: ENV_TUNIX}
 
 
 def exp(wildcards):
@@ -67,12 +74,12 @@ def evaluation_python():
 
 
 def experiment_container(wildcards):
-    # Only cluster-plane jobs run in the image (--sdm apptainer); the local plane stays in Snakemake's env.
-    return _deploy.cluster_container(config) if experiment_plane(wildcards) == _deploy.CLUSTER else None
+    # Only cluster- and tunix-plane jobs run in an image (--sdm apptainer); the local plane stays in Snakemake's env.
+    return _deploy.container(config, experiment_plane(wildcards))
 
 
 def evaluation_container(wildcards):
-    return _deploy.cluster_container(config) if evaluation_plane() == _deploy.CLUSTER else None
+    return _deploy.container(config, evaluation_plane())
 
 
 # ---- data ---------------------------------------------------------------------------------------------------

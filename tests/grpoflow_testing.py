@@ -28,6 +28,8 @@ TINY_SPEC = {
     "vocab_size": 288,
     "seed": 0,
 }
+# The arith dataset small enough to build in a second, big enough for BPE merges and a few GRPO steps.
+SMALL_ARITH = {"datasets": {"arith": {"synthetic": {"train_size": 300, "test_size": 40}, "validation": {"size": 20}}}}
 PYTHON = sys.executable
 BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")

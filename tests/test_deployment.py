@@ -11,7 +11,7 @@ import pytest
 from grpoflow_testing import REPO, make_workdir, snakemake
 
 from grpoflow import envcheck
-from grpoflow.deployment import CLUSTER, LOCAL, JobEnv, job_envs
+from grpoflow.deployment import CLUSTER, LOCAL, TUNIX, JobEnv, job_envs
 from grpoflow.errors import GrpoflowError
 
 LOCAL_PY = "/venvs/local/bin/python"
@@ -22,6 +22,7 @@ def test_each_way_of_deploying_picks_the_cluster_interpreter_explicitly():
     assert none == {
         LOCAL: JobEnv("", LOCAL_PY),
         CLUSTER: JobEnv("", LOCAL_PY),
+        TUNIX: JobEnv("", LOCAL_PY),
     }  # then the env check names what is missing
     named = job_envs({"cluster_env": {"python": "/shared/cluster env/bin/python"}}, set(), LOCAL_PY)
     assert named[CLUSTER].run() == "'/shared/cluster env/bin/python'" and named[LOCAL].run() == LOCAL_PY
@@ -31,10 +32,11 @@ def test_each_way_of_deploying_picks_the_cluster_interpreter_explicitly():
     assert job_envs({"cluster_env": {"python": "/x/bin/python"}}, {"conda"}, LOCAL_PY) == {
         LOCAL: JobEnv("", "python"),
         CLUSTER: JobEnv("", "python"),
+        TUNIX: JobEnv("", "python"),
     }
     # --sdm apptainer: the image's python for cluster jobs only; without an image, the named env.
     app = job_envs({"cluster_env": {"container": "docker://img", "python": "/x/bin/python"}}, {"apptainer"}, LOCAL_PY)
-    assert app == {LOCAL: JobEnv("", LOCAL_PY), CLUSTER: JobEnv("", "python")}
+    assert app == {LOCAL: JobEnv("", LOCAL_PY), CLUSTER: JobEnv("", "python"), TUNIX: JobEnv("", LOCAL_PY)}
     assert (
         job_envs({"cluster_env": {"python": "/x/bin/python"}}, {"apptainer"}, LOCAL_PY)[CLUSTER].python
         == "/x/bin/python"

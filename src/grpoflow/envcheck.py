@@ -6,7 +6,7 @@ import: milliseconds, no CUDA initialisation) and stop the job with one line nam
 settings that pick the environment. Every job logs which interpreter it runs under first, so a job log
 always says which environment ran it.
 
-    python -m grpoflow.envcheck train-verl|merge-verl|eval-vllm   # the same check by hand, e.g. under srun
+    python -m grpoflow.envcheck train-verl|merge-verl|eval-vllm|train-tunix|merge-tunix   # by hand, e.g. under srun
 """
 
 from __future__ import annotations
@@ -24,6 +24,13 @@ HOW_TO_PICK = (
     "install them there (requirements/cluster.lock; flash-attn on a GPU node) or run the job in an environment "
     "that has them: cluster_env.python or cluster_env.activate in the config or profile, --sdm conda (envs/cluster.yaml), "
     "or --sdm apptainer with cluster_env.container (docs/cluster.md#deployment)"
+)
+
+# How to pick the Tunix environment (docs/backends.md#tunix).
+HOW_TO_PICK_TUNIX = (
+    "build it with `make setup-tunix` (.venv-tunix next to the Snakefile, requirements/tunix.lock) or name it: "
+    "tunix_env.python or tunix_env.activate in the config or profile, --sdm conda (envs/tunix.yaml), or --sdm "
+    "apptainer with tunix_env.container"
 )
 
 # (module that must be importable, pip package that provides it)
@@ -62,31 +69,42 @@ def train_verl_needs(overrides: dict[str, str]) -> list[tuple[str, str, str]]:
     return needs
 
 
+TUNIX = ("tunix", "google-tunix==0.1.7")
+JAX = ("jax", "jax")
+ORBAX = ("orbax.checkpoint", "orbax-checkpoint")
+
 NEEDS = {
     "merge-verl": [(*VERL, "verl's model merger")],
     "eval-vllm": [(*VLLM, "evaluation.backend: vllm")],
+    "train-tunix": [(*TUNIX, "backend: tunix"), (*JAX, "backend: tunix")],
+    "merge-tunix": [(*TUNIX, "Tunix's Qwen3 and checkpoint manager"), (*ORBAX, "Tunix's checkpoints")],
+}
+JOB_NAMES = {
+    "merge-verl": "merge_checkpoint (backend verl)",
+    "eval-vllm": "evaluate (backend vllm)",
+    "train-tunix": "train_grpo (backend tunix)",
+    "merge-tunix": "merge_checkpoint (backend tunix)",
 }
 
 
-def require(job: str, needs: list[tuple[str, str, str]]) -> None:
+def require(job: str, needs: list[tuple[str, str, str]], how_to_pick: str = HOW_TO_PICK) -> None:
     """Raise one-line GrpoflowError unless every module of ``needs`` is importable here."""
     missing = [(pkg, why) for module, pkg, why in needs if not _found(module)]
     if missing:
         what = ", ".join(f"{pkg} (for {why})" for pkg, why in missing)
-        raise GrpoflowError(f"environment check failed for {job}: {sys.executable} lacks {what}; {HOW_TO_PICK}")
+        raise GrpoflowError(f"environment check failed for {job}: {sys.executable} lacks {what}; {how_to_pick}")
     log.info("environment check for %s passed: %s importable", job, ", ".join(m for m, _, _ in needs))
 
 
 def check(kind: str, overrides: dict[str, str] | None = None) -> None:
-    """The check of one kind of cluster-plane job: train-verl (needs the trainer's overrides), merge-verl, eval-vllm."""
+    """The check of one kind of job outside the local plane: train-verl (needs the trainer's overrides),
+    merge-verl, eval-vllm, train-tunix, merge-tunix."""
     if kind == "train-verl":
         require("train_grpo (backend verl)", train_verl_needs(overrides or {}))
     elif kind in NEEDS:
-        require(
-            {"merge-verl": "merge_checkpoint (backend verl)", "eval-vllm": "evaluate (backend vllm)"}[kind], NEEDS[kind]
-        )
+        require(JOB_NAMES[kind], NEEDS[kind], HOW_TO_PICK_TUNIX if kind.endswith("-tunix") else HOW_TO_PICK)
     else:
-        raise GrpoflowError(f"unknown environment check {kind!r}: use train-verl, merge-verl or eval-vllm")
+        raise GrpoflowError(f"unknown environment check {kind!r}: use train-verl, {', '.join(NEEDS)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
-        print("usage: python -m grpoflow.envcheck train-verl|merge-verl|eval-vllm", file=sys.stderr)
+        print(f"usage: python -m grpoflow.envcheck train-verl|{'|'.join(NEEDS)}", file=sys.stderr)
         return 2
     setup_logging()
     log_interpreter()

@@ -84,7 +84,7 @@ def run_job(snakemake: Any, fn: Callable[..., Any], **kwargs: Any) -> Any:
 
 
 def _merge_check(kw: dict) -> str | None:
-    return "merge-verl" if kw.get("backend") == "verl" else None
+    return {"verl": "merge-verl", "tunix": "merge-tunix"}.get(kw.get("backend"))
 
 
 def _evaluate_check(kw: dict) -> str | None:

@@ -65,18 +65,17 @@ def test_sigterm_delivered_twice_still_saves_a_checkpoint(tmp_path, fault_start_
 
 
 def test_a_later_second_sigterm_stops_at_once(tmp_path):
-    """The handler itself, in a child process: a repeat within the window keeps the graceful stop; one later
-    kills the process at once."""
-    script = f"""
+    """The handler every runner uses (grpoflow.backends.common.SigtermStop), in a child process: a repeat within
+    the window keeps the graceful stop; one later kills the process at once."""
+    script = """
 import signal, sys
-from pathlib import Path
-from grpoflow.backends.trl import runner as trl_runner
-stop = next(c for c in trl_runner._callbacks(Path({str(tmp_path / "live.jsonl")!r})) if type(c).__name__ == "StopOnSigterm")
+from grpoflow.backends import common
+stop = common.SigtermStop()
 signal.raise_signal(signal.SIGTERM)
 signal.raise_signal(signal.SIGTERM)
 assert stop.requested, "not requested"
 print("still running after a repeated SIGTERM", flush=True)
-stop.requested_at -= trl_runner.REPEATED_SIGNAL_S + 1
+stop.requested_at -= common.REPEATED_SIGNAL_S + 1
 signal.raise_signal(signal.SIGTERM)
 print("not stopped", flush=True)
 """

@@ -1,6 +1,6 @@
 """The training backends of `train_grpo`: a registry, and the interface every backend provides.
 
-A backend is one package, ``grpoflow.backends.<name>`` (today ``trl`` and ``verl``), registered in
+A backend is one package, ``grpoflow.backends.<name>`` (today ``trl``, ``verl`` and ``tunix``), registered in
 ``BACKENDS``. Its ``__init__.py`` exposes the same small interface, and nothing else is needed by the rest of
 grpoflow:
 
@@ -40,6 +40,7 @@ from types import ModuleType
 BACKENDS = {
     "trl": "grpoflow.backends.trl",
     "verl": "grpoflow.backends.verl",
+    "tunix": "grpoflow.backends.tunix",
 }
 
 INTERFACE = ("command", "SETTINGS", "checkpoints", "METRICS", "check")

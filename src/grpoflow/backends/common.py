@@ -11,14 +11,20 @@ reading the RL Parquet. Light (no trainer imports).
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import os
 import re
+import signal
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from grpoflow.errors import DataError, GrpoflowError
 from grpoflow.io import atomic_write_json, atomic_write_jsonl
+
+log = logging.getLogger("grpoflow.backends")
 
 # ---- completion marker --------------------------------------------------------------------------------------
 
@@ -134,3 +140,140 @@ def read_rl_rows(parquet: str, what: str) -> list[dict]:
             f"{what} ({parquet}): no {', '.join(missing)} column: not a verl RL Parquet; write it with the convert_to_parquet rule"
         )
     return rows
+
+
+# ---- one training run: resume point, live metrics, SIGTERM, the end -----------------------------------------------
+# The steps every backend's runner takes around its trainer (the TRL and Tunix runners; verl's wrapper has its own
+# because verl runs in another process tree).
+
+# A SIGTERM this soon after the first is a duplicate delivery of the same stop, not a second request.
+REPEATED_SIGNAL_S = 5.0
+
+
+def read_live_metrics(path: str | os.PathLike) -> list[dict]:
+    """The rows a run appended so far (a line cut off by a kill mid-write is skipped)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return rows
+
+
+def append_live_metrics(path: str | os.PathLike, row: dict) -> None:
+    """One step's row, appended and flushed, so a killed run keeps what it measured."""
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row) + "\n")
+
+
+def training_identity(spec: dict, section: str, resumable: set[tuple[str, str]], model_path: str) -> dict:
+    """What a checkpoint dir is trained from (grpoflow.checkpoint_record): the spec's grpo, rewards and backend
+    ``section`` minus the ``resumable`` settings (which do not change what the steps already trained did), the
+    start model's and the data's content. ``total_steps`` counts when the learning-rate schedule is stretched over
+    it (cosine, linear, or a warm-up ratio): continuing under another total would change every remaining step."""
+    from grpoflow.checkpoint_record import data_fingerprint, model_fingerprint
+
+    settings = {"grpo": dict(spec["grpo"]), "rewards": spec["rewards"], section: dict(spec[section])}
+    for part, key in resumable:
+        settings[part].pop(key, None)
+    grpo = spec["grpo"]
+    if grpo.get("lr_scheduler", "constant") != "constant" or grpo.get("lr_warmup_ratio", 0):
+        settings["grpo"]["total_steps"] = grpo["total_steps"]
+    return {"settings": settings, "start_model": model_fingerprint(model_path), "data": data_fingerprint(spec["train"])}
+
+
+def check_resume_point(spec: dict, identity: dict, latest: tuple[int, Path] | None) -> int:
+    """Refuses a checkpoint past ``grpo.total_steps`` or trained with other settings (grpoflow.checkpoint_record);
+    returns the step training resumes from (0: the start model)."""
+    from grpoflow import checkpoint_record
+    from grpoflow.errors import ConfigError
+
+    ckpt_dir, total = Path(spec["checkpoint_dir"]), spec["grpo"]["total_steps"]
+    if latest and latest[0] > total:
+        raise ConfigError(
+            f"config error: experiments.{spec['experiment']}.grpo.total_steps = {total} but {latest[1]} is already past it: raise total_steps, or delete {ckpt_dir} to train from scratch"
+        )
+    checkpoint_record.check(
+        ckpt_dir,
+        identity,
+        latest=latest[0] if latest else None,
+        finished=bool(latest) and latest[0] == total,
+        allow_change=spec.get("resume_across_changes", False),
+        where=f"experiments.{spec['experiment']}",
+    )
+    return latest[0] if latest else 0
+
+
+def keep_live_metrics_until(live: str | os.PathLike, step: int) -> None:
+    """Steps after the resume point are trained again: drop their rows from the live metrics."""
+    atomic_write_jsonl(live, [r for r in read_live_metrics(live) if r.get("step", 0) <= step])
+
+
+def finish_run(
+    spec: dict, *, backend: str, live: str | os.PathLike, final_step: int, final_checkpoint: str, **extra: Any
+) -> dict:
+    """The end of a run: ``train_metrics.jsonl`` from the live metrics, then the completion marker (only when
+    ``final_step`` is ``grpo.total_steps``; otherwise one line saying the run was interrupted and reruns resume)."""
+    from grpoflow import checkpoint_record
+    from grpoflow.provenance import provenance
+
+    name, total = spec["experiment"], spec["grpo"]["total_steps"]
+    ckpt_dir = Path(spec["checkpoint_dir"])
+    if final_step != total:
+        raise GrpoflowError(
+            f"training of {name} stopped at step {final_step} of grpo.total_steps = {total} (interrupted); the checkpoints in {ckpt_dir} are kept: rerun to resume"
+        )
+    rows = [r for r in read_live_metrics(live) if r["step"] <= final_step]
+    if not rows:
+        raise GrpoflowError(f"training of {name} logged no metrics to {live}")
+    write_metrics(spec["metrics"], rows)
+    marker = write_marker(
+        spec["marker"],
+        experiment=name,
+        backend=backend,
+        planned_steps=total,
+        final_step=final_step,
+        checkpoint_dir=str(ckpt_dir),
+        final_checkpoint=final_checkpoint,
+        **extra,
+        metrics_summary=rows[-1],
+        settings_history=(checkpoint_record.read_record(ckpt_dir) or {}).get("history", []),
+        provenance=provenance({k: v for k, v in spec.items() if k not in ("marker", "metrics")}),
+    )
+    log.info("training of %s complete: %s", name, json.dumps(rows[-1]))
+    return marker
+
+
+class SigtermStop:
+    """SIGTERM (a time limit, preemption) asks the trainer to stop at the next step boundary with a checkpoint;
+    ``requested`` says so, and ``on_request`` (if given) is called once. A second SIGTERM more than
+    REPEATED_SIGNAL_S after the first kills at once, without a checkpoint: SLURM often delivers one stop twice
+    within milliseconds (to the job step, and forwarded by srun), which is the same request."""
+
+    def __init__(self, on_request: Callable[[], None] | None = None):
+        self.on_request = on_request
+        self.requested_at: float | None = None
+        self.previous = signal.signal(signal.SIGTERM, self._handler)
+
+    @property
+    def requested(self) -> bool:
+        return self.requested_at is not None
+
+    def _handler(self, signum, frame) -> None:
+        now = time.monotonic()
+        if self.requested_at is None:
+            log.warning("SIGTERM: saving a checkpoint after this step, then stopping (send again to stop now)")
+            self.requested_at = now
+            if self.on_request is not None:
+                self.on_request()
+        elif now - self.requested_at > REPEATED_SIGNAL_S:
+            log.warning("second SIGTERM: stopping now, without a checkpoint")
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def restore(self) -> None:
+        signal.signal(signal.SIGTERM, self.previous)

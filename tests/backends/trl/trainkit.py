@@ -7,14 +7,12 @@ import json
 import sys
 from pathlib import Path
 
-from grpoflow_testing import TINY_SPEC  # noqa: F401  (re-exported for the training tests)
+from grpoflow_testing import SMALL_ARITH, TINY_SPEC  # noqa: F401  (re-exported for the training tests)
 
 from grpoflow.config import deep_merge, resolve_config
 
 BIN = Path(sys.executable).parent  # the venv's bin: `python` in a training command is this interpreter
 
-# Small enough to build in a second, big enough for BPE merges and a few GRPO steps.
-SMALL_ARITH = {"datasets": {"arith": {"synthetic": {"train_size": 300, "test_size": 40}, "validation": {"size": 20}}}}
 
 
 def resolved(raw: dict, override: dict | None = None):

@@ -5,12 +5,11 @@ from __future__ import annotations
 import copy
 
 import pytest
+from grpoflow_testing import SMALL_ARITH
 from tunixkit import TINY_GRPO, require_tunix, train
 
-from grpoflow.backends import tunix as tunix_backend
+from grpoflow.backends.tunix.train import training_spec
 from grpoflow.config import deep_merge, resolve_config
-
-SMALL_ARITH = {"datasets": {"arith": {"synthetic": {"train_size": 300, "test_size": 40}, "validation": {"size": 20}}}}
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +33,7 @@ def make_spec(default_config, arith_parquet, tiny_sft_json):
         cfg = resolve_config(raw)
         inputs = {"train": arith_parquet["train"], "sft": tiny_sft_json}
         outputs = {"marker": str(run_dir / "training_complete.json"), "metrics": str(run_dir / "train_metrics.jsonl")}
-        return tunix_backend.training_spec(cfg, "tiny-tunix", inputs, outputs)
+        return training_spec(cfg, "tiny-tunix", inputs, outputs)
 
     return make
 

@@ -18,30 +18,22 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import shutil
-import signal
 import time
 from pathlib import Path
 
-from grpoflow import checkpoint_record as record
-from grpoflow.backends.common import map_metrics, number, read_rl_rows, write_marker, write_metrics
+from grpoflow.backends import common
+from grpoflow.backends.common import map_metrics, number, read_rl_rows
 from grpoflow.backends.trl import METRICS
 from grpoflow.backends.trl.ckpt import LIVE_METRICS, is_complete, is_peft_checkpoint, latest_complete, step_dirs
-from grpoflow.checkpoint_record import data_fingerprint, model_fingerprint
 from grpoflow.discovery import model_path as sft_model_path
 from grpoflow.errors import ConfigError, DataError, GrpoflowError
-from grpoflow.io import atomic_write_jsonl, exclusive_dir
+from grpoflow.io import exclusive_dir
 from grpoflow.progress import StepProgress
-from grpoflow.provenance import provenance
 from grpoflow.rewards.trl import ZNORM_FUNC, build_reward_funcs
 
 log = logging.getLogger(__name__)
-
-# A SIGTERM this soon after the first is a duplicate delivery of the same stop, not a second request.
-REPEATED_SIGNAL_S = 5.0
 
 # Settings that do not change what the steps already trained did: a rerun may change them and still resume
 # (total_steps only while the learning-rate schedule does not depend on it: training_settings).
@@ -71,42 +63,13 @@ def metrics_row(step: int, logs: dict) -> dict:
     return row
 
 
-def read_metrics(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:  # a line cut off by a kill mid-write
-            continue
-    return rows
-
-
 # --------------------------------------------------------------------------------------------------------------
 # Checkpoint dir: resume point, what the checkpoints were trained from
 
 
-def training_settings(spec: dict) -> dict:
-    """The settings that change what the checkpoints hold: the spec's grpo, rewards and trl sections minus
-    RESUMABLE_CHANGES. ``total_steps`` counts when the learning-rate schedule is stretched over it (cosine, or a
-    warmup ratio): continuing under another total would change the rate of every remaining step."""
-    settings = {"grpo": dict(spec["grpo"]), "rewards": spec["rewards"], "trl": dict(spec["trl"])}
-    for section, key in RESUMABLE_CHANGES:
-        settings[section].pop(key, None)
-    grpo = spec["grpo"]
-    if grpo.get("lr_scheduler", "constant") != "constant" or grpo.get("lr_warmup_ratio", 0):
-        settings["grpo"]["total_steps"] = grpo["total_steps"]
-    return settings
-
-
 def identity(spec: dict, model_path: str) -> dict:
     """What the checkpoints are trained from (grpoflow.checkpoint_record): settings, start model, data content."""
-    return {
-        "settings": training_settings(spec),
-        "start_model": model_fingerprint(model_path),
-        "data": data_fingerprint(spec["train"]),
-    }
+    return common.training_identity(spec, "trl", RESUMABLE_CHANGES, model_path)
 
 
 def prepare_checkpoint_dir(spec: dict, model_path: str) -> tuple[int, Path] | None:
@@ -115,26 +78,12 @@ def prepare_checkpoint_dir(spec: dict, model_path: str) -> tuple[int, Path] | No
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     latest = latest_complete(ckpt_dir)
     total = spec["grpo"]["total_steps"]
-    if latest and latest[0] > total:
-        raise ConfigError(
-            f"config error: experiments.{spec['experiment']}.grpo.total_steps = {total} but {latest[1]} is already past it: raise total_steps, or delete {ckpt_dir} to train from scratch"
-        )
-    record.check(
-        ckpt_dir,
-        identity(spec, model_path),
-        latest=latest[0] if latest else None,
-        finished=bool(latest) and latest[0] == total,
-        allow_change=spec.get("resume_across_changes", False),
-        where=f"experiments.{spec['experiment']}",
-    )
-    latest_step = latest[0] if latest else 0
+    latest_step = common.check_resume_point(spec, identity(spec, model_path), latest)
     for step, path in step_dirs(ckpt_dir).items():
         if step > latest_step and not is_complete(path, step):
             log.warning("removing %s: its save was cut off (no complete trainer_state.json)", path)
             shutil.rmtree(path)
-    # Steps after the resume point are trained again: drop their rows from the live metrics.
-    live = ckpt_dir / LIVE_METRICS
-    atomic_write_jsonl(live, [r for r in read_metrics(live) if r.get("step", 0) <= latest_step])
+    common.keep_live_metrics_until(ckpt_dir / LIVE_METRICS, latest_step)
     if latest:
         log.info("resuming from %s (step %d of %d)", latest[1], latest_step, total)
     else:
@@ -198,36 +147,18 @@ def _callbacks(live_metrics: Path):
             if not logs or "train_runtime" in logs or state.global_step == 0:
                 return
             row = metrics_row(state.global_step, logs)
-            with open(live_metrics, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(row) + "\n")
+            common.append_live_metrics(live_metrics, row)
             if self.progress is not None:
                 log.info("%s", self.progress.line(state.global_step, row))
 
     class StopOnSigterm(TrainerCallback):
-        """SIGTERM ends the run at the next step boundary with a checkpoint; a second SIGTERM kills at once. SLURM
-        often delivers one stop twice within milliseconds (to the job step, and forwarded by srun): a repeat
-        within REPEATED_SIGNAL_S of the first is the same request."""
+        """SIGTERM (grpoflow.backends.common.SigtermStop) ends the run at the next step boundary with a checkpoint."""
 
         def __init__(self):
-            self.requested_at: float | None = None
-            signal.signal(signal.SIGTERM, self._handler)
-
-        @property
-        def requested(self) -> bool:
-            return self.requested_at is not None
-
-        def _handler(self, signum, frame):
-            now = time.monotonic()
-            if self.requested_at is None:
-                log.warning("SIGTERM: saving a checkpoint after this step, then stopping (send again to stop now)")
-                self.requested_at = now
-            elif now - self.requested_at > REPEATED_SIGNAL_S:
-                log.warning("second SIGTERM: stopping now, without a checkpoint")
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                os.kill(os.getpid(), signal.SIGTERM)
+            self.signal = common.SigtermStop()
 
         def on_step_end(self, args, state, control, **kwargs):
-            if self.requested:
+            if self.signal.requested:
                 control.should_save = True
                 control.should_training_stop = True
             return control
@@ -368,35 +299,18 @@ def train(spec: dict, model_path: str, resume: Path | None) -> int:
 
 def finish(spec: dict, model_path: str, final_step: int) -> dict:
     """The metrics output, then the completion marker: only for a complete run."""
-    name, total = spec["experiment"], spec["grpo"]["total_steps"]
     ckpt_dir = Path(spec["checkpoint_dir"])
-    if final_step != total:
-        raise GrpoflowError(
-            f"training of {name} stopped at step {final_step} of grpo.total_steps = {total} (interrupted); the checkpoints in {ckpt_dir} are kept: rerun to resume"
-        )
     final = ckpt_dir / f"checkpoint-{final_step}"
-    if not is_complete(final, final_step):
+    if final_step == spec["grpo"]["total_steps"] and not is_complete(final, final_step):
         raise GrpoflowError(
-            f"training of {name} reached step {final_step} but {final} is missing or incomplete: rerun to save it again"
+            f"training of {spec['experiment']} reached step {final_step} but {final} is missing or incomplete: rerun to save it again"
         )
-    live = ckpt_dir / LIVE_METRICS
-    rows = [r for r in read_metrics(live) if r["step"] <= final_step]
-    if not rows:
-        raise GrpoflowError(f"training of {name} logged no metrics to {live}: check trl.logging_steps")
-    write_metrics(spec["metrics"], rows)
-    marker = write_marker(
-        spec["marker"],
-        experiment=name,
+    return common.finish_run(
+        spec,
         backend="trl",
-        planned_steps=total,
+        live=ckpt_dir / LIVE_METRICS,
         final_step=final_step,
-        checkpoint_dir=str(ckpt_dir),
         final_checkpoint=str(final),
         checkpoint_format="peft_adapter" if is_peft_checkpoint(final) else "hf_model",
         start_model=model_path,
-        metrics_summary=rows[-1],
-        settings_history=(record.read_record(ckpt_dir) or {}).get("history", []),
-        provenance=provenance({k: v for k, v in spec.items() if k not in ("marker", "metrics")}),
     )
-    log.info("training of %s complete: %s", name, json.dumps(rows[-1]))
-    return marker

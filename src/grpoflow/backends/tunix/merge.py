@@ -4,21 +4,25 @@ The start model (the SFT checkpoint the run began from) is loaded into Tunix's Q
 are restored into it with Tunix's own checkpoint manager (``tunix.sft.checkpoint_manager``: the ``model_params``
 item of ``<checkpoint_dir>/actor/<step>``; the optimizer state is not read), and the result is exported with the
 start's tensor names, shapes and dtype, config, generation config and tokenizer (grpoflow.backends.tunix.qwen3).
-Runs in the Tunix environment.
+Runs in the Tunix environment, on the host CPU (JAX_PLATFORMS=cpu unless set).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
-from grpoflow.backends.tunix import ACTOR_SUBDIR, checkpoints
+from grpoflow.backends.tunix.ckpt import ACTOR_SUBDIR, checkpoints
 from grpoflow.errors import DataError
 
 log = logging.getLogger(__name__)
 
 
 def merge(checkpoint_dir: str, step: int, base: str, out: Path) -> dict:
+    # On the host CPU: a TPU is held by one process at a time (a training of another experiment may hold it),
+    # and exporting needs no accelerator.
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import jax
     from tunix.sft.checkpoint_manager import CheckpointManager
 

@@ -23,34 +23,21 @@ iterator stops, Tunix's learner leaves its loop and its trainer saves the last f
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import shutil
-import signal
 import time
 from pathlib import Path
 
-from grpoflow import checkpoint_record as record
-from grpoflow.backends.tunix import (
-    ACTOR_SUBDIR,
-    LIVE_METRICS,
-    METRICS,
-    REWARD_COMPONENT_PREFIX,
-    checkpoints,
-    latest_complete,
-)
-from grpoflow.checkpoint_record import data_fingerprint, model_fingerprint
+from grpoflow.backends import common
+from grpoflow.backends.common import read_rl_rows
+from grpoflow.backends.tunix import METRICS, REWARD_COMPONENT_PREFIX
+from grpoflow.backends.tunix.ckpt import ACTOR_SUBDIR, LIVE_METRICS, checkpoints, cut_off_saves, latest_complete
 from grpoflow.discovery import model_path as sft_model_path
-from grpoflow.errors import ConfigError, DataError, GrpoflowError
-from grpoflow.io import atomic_write_json, atomic_write_jsonl, exclusive_dir
+from grpoflow.errors import ConfigError, DataError
+from grpoflow.io import exclusive_dir
 from grpoflow.progress import StepProgress
-from grpoflow.provenance import provenance
-from grpoflow.train.rl_data import read_rl_rows
 
 log = logging.getLogger(__name__)
-
-REPEATED_SIGNAL_S = 5.0
 
 # Settings that do not change what the steps already trained did (see the TRL backend's list).
 RESUMABLE_CHANGES = {
@@ -65,34 +52,9 @@ RESUMABLE_CHANGES = {
 # Checkpoint dir
 
 
-def training_settings(spec: dict) -> dict:
-    settings = {"grpo": dict(spec["grpo"]), "rewards": spec["rewards"], "tunix": dict(spec["tunix"])}
-    for section, key in RESUMABLE_CHANGES:
-        settings[section].pop(key, None)
-    grpo = spec["grpo"]
-    if grpo.get("lr_scheduler", "constant") != "constant" or grpo.get("lr_warmup_ratio", 0):
-        settings["grpo"]["total_steps"] = grpo["total_steps"]
-    return settings
-
-
 def identity(spec: dict, model_path: str) -> dict:
-    return {
-        "settings": training_settings(spec),
-        "start_model": model_fingerprint(model_path),
-        "data": data_fingerprint(spec["train"]),
-    }
-
-
-def read_metrics(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:  # a line cut off by a kill mid-write
-            continue
-    return rows
+    """What the checkpoints are trained from (grpoflow.checkpoint_record): settings, start model, data content."""
+    return common.training_identity(spec, "tunix", RESUMABLE_CHANGES, model_path)
 
 
 def prepare_checkpoint_dir(spec: dict, model_path: str) -> int:
@@ -100,40 +62,16 @@ def prepare_checkpoint_dir(spec: dict, model_path: str) -> int:
     ckpt_dir = Path(spec["checkpoint_dir"])
     (ckpt_dir / ACTOR_SUBDIR).mkdir(parents=True, exist_ok=True)
     latest = latest_complete(ckpt_dir)
-    total = spec["grpo"]["total_steps"]
-    if latest and latest[0] > total:
-        raise ConfigError(
-            f"config error: experiments.{spec['experiment']}.grpo.total_steps = {total} but {latest[1]} is already past it: raise total_steps, or delete {ckpt_dir} to train from scratch"
-        )
-    record.check(
-        ckpt_dir,
-        identity(spec, model_path),
-        latest=latest[0] if latest else None,
-        finished=bool(latest) and latest[0] == total,
-        allow_change=spec.get("resume_across_changes", False),
-        where=f"experiments.{spec['experiment']}",
-    )
-    latest_step = latest[0] if latest else 0
-    complete = checkpoints(ckpt_dir)
-    for entry in sorted((ckpt_dir / ACTOR_SUBDIR).iterdir()):
-        step = _step_of(entry.name)
-        if step is not None and complete.get(step) != entry:
-            # An Orbax save cut off by a kill (<step>.orbax-checkpoint-tmp*, or a step dir without its metadata):
-            # Orbax would refuse to save that step again.
-            log.warning("removing %s: its save was cut off", entry)
-            shutil.rmtree(entry)
-    live = ckpt_dir / LIVE_METRICS
-    atomic_write_jsonl(live, [r for r in read_metrics(live) if r.get("step", 0) <= latest_step])
+    latest_step = common.check_resume_point(spec, identity(spec, model_path), latest)
+    for entry in cut_off_saves(ckpt_dir):
+        log.warning("removing %s: its save was cut off", entry)
+        shutil.rmtree(entry)
+    common.keep_live_metrics_until(ckpt_dir / LIVE_METRICS, latest_step)
     if latest:
-        log.info("resuming from %s (step %d of %d)", latest[1], latest_step, total)
+        log.info("resuming from %s (step %d of %d)", latest[1], latest_step, spec["grpo"]["total_steps"])
     else:
         log.info("no checkpoint in %s: training from the start model", ckpt_dir)
     return latest_step
-
-
-def _step_of(name: str) -> int | None:
-    head = name.split(".", 1)[0]
-    return int(head) if head.isdigit() else None
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -272,8 +210,7 @@ class MetricRows:
             row = {"step": n, **self.rollout.pop(n, {}), **self.actor.pop(n)}
             if n - 1 in self.finished_at:
                 row["time_s"] = round(self.finished_at[n] - self.finished_at.pop(n - 1), 3)
-            with open(self.live, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(row) + "\n")
+            common.append_live_metrics(self.live, row)
             log.info("%s", self.progress.line(n, row))
 
 
@@ -368,7 +305,7 @@ def train(spec: dict, model_path: str, resumed_from: int) -> int:
         rollout_vllm_model_version=model_path if tunix["rollout_engine"] == "vllm" else "",
     )
     rows_out = MetricRows(ckpt_dir / LIVE_METRICS, grpo["total_steps"], resumed_from)
-    backends: dict = {"custom_backend": [lambda: rows_out]}
+    backends: dict = {"custom_backend": [lambda: rows_out, *_trackers(grpo["report_to"], ckpt_dir, spec["experiment"])]}
     training_config = rl_cluster_lib.RLTrainingConfig(
         actor_optimizer=_optimizer(grpo, tunix),
         eval_every_n_steps=10**9,  # grpoflow evaluates in its own rule
@@ -412,13 +349,31 @@ def train(spec: dict, model_path: str, resumed_from: int) -> int:
         rl_cluster=cluster, algo_config=algo, reward_fns=reward_fns, metric_fns=[_prefixed(metric_fn)]
     )
     batches = PromptBatches(rows, grpo["prompts_per_step"], grpo["seed"], rollout)
-    with _stop_on_sigterm(batches):
+    # SIGTERM stops the batches at the next step; Tunix's learner then leaves its loop and saves the last step.
+    stop = common.SigtermStop(on_request=batches.stop)
+    try:
         learner.train(batches)
+    finally:
+        stop.restore()
     final = cluster.actor_trainer.train_steps
     rows_out.flush(final)
     log.info("training stopped at step %d of %d after %.0f s", final, grpo["total_steps"], time.monotonic() - started)
     latest = latest_complete(ckpt_dir)
     return latest[0] if latest else 0
+
+
+def _trackers(report_to: list[str], ckpt_dir: Path, experiment: str) -> list:
+    """Factories of Tunix's logging backends for ``grpo.report_to`` (Tunix builds none of its defaults once a custom
+    backend, MetricRows, is given)."""
+    from tunix.sft import metrics_logger
+
+    factories = []
+    for tracker in report_to:
+        if tracker == "tensorboard":
+            factories.append(lambda: metrics_logger.TensorboardBackend(log_dir=str(ckpt_dir / "tensorboard")))
+        elif tracker == "wandb":  # the schema allows these two
+            factories.append(lambda: metrics_logger.WandbBackend(project="grpoflow", name=experiment))
+    return factories
 
 
 def _prefixed(metric_fn):
@@ -428,33 +383,6 @@ def _prefixed(metric_fn):
         return {f"grpoflow/{k}": v for k, v in metric_fn(**kwargs).items()}
 
     return grpoflow_metrics
-
-
-class _stop_on_sigterm:
-    """SIGTERM stops the batches at the next step (Tunix then saves the last finished step); a second one more
-    than REPEATED_SIGNAL_S later kills at once (SLURM often delivers one stop twice within milliseconds)."""
-
-    def __init__(self, batches: PromptBatches):
-        self.batches, self.requested_at, self.previous = batches, None, None
-
-    def _handler(self, signum, frame):
-        now = time.monotonic()
-        if self.requested_at is None:
-            log.warning("SIGTERM: saving a checkpoint after this step, then stopping (send again to stop now)")
-            self.requested_at = now
-            self.batches.stop()
-        elif now - self.requested_at > REPEATED_SIGNAL_S:
-            log.warning("second SIGTERM: stopping now, without a checkpoint")
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    def __enter__(self):
-        self.previous = signal.signal(signal.SIGTERM, self._handler)
-        return self
-
-    def __exit__(self, *exc):
-        signal.signal(signal.SIGTERM, self.previous)
-        return False
 
 
 def run_training(spec: dict) -> dict:
@@ -473,31 +401,13 @@ def run_training(spec: dict) -> dict:
 
 def finish(spec: dict, model_path: str, final_step: int) -> dict:
     """The metrics output, then the completion marker: only for a complete run."""
-    name, total = spec["experiment"], spec["grpo"]["total_steps"]
     ckpt_dir = Path(spec["checkpoint_dir"])
-    if final_step != total:
-        raise GrpoflowError(
-            f"training of {name} stopped at step {final_step} of grpo.total_steps = {total} (interrupted); the checkpoints in {ckpt_dir} are kept: rerun to resume"
-        )
-    final = checkpoints(ckpt_dir)[final_step]
-    live = ckpt_dir / LIVE_METRICS
-    rows = [r for r in read_metrics(live) if r["step"] <= final_step]
-    if not rows:
-        raise GrpoflowError(f"training of {name} logged no metrics to {live}")
-    atomic_write_jsonl(spec["metrics"], rows)
-    marker = {
-        "experiment": name,
-        "backend": "tunix",
-        "planned_steps": total,
-        "final_step": final_step,
-        "checkpoint_dir": str(ckpt_dir),
-        "final_checkpoint": str(final),
-        "checkpoint_format": "orbax",
-        "start_model": model_path,
-        "metrics_summary": rows[-1],
-        "settings_history": (record.read_record(ckpt_dir) or {}).get("history", []),
-        "provenance": provenance({k: v for k, v in spec.items() if k not in ("marker", "metrics")}),
-    }
-    atomic_write_json(spec["marker"], marker)
-    log.info("training of %s complete: %s", name, json.dumps(rows[-1]))
-    return marker
+    return common.finish_run(
+        spec,
+        backend="tunix",
+        live=ckpt_dir / LIVE_METRICS,
+        final_step=final_step,
+        final_checkpoint=str(checkpoints(ckpt_dir).get(final_step, ckpt_dir / ACTOR_SUBDIR / str(final_step))),
+        checkpoint_format="orbax",
+        start_model=model_path,
+    )

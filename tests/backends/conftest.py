@@ -1,17 +1,21 @@
-"""Fixtures for the training tests: a small arithmetic Parquet made by the real data pipeline, a tiny model."""
+"""Fixtures shared by every backend's tests: a small arithmetic Parquet made by the real data pipeline, a tiny
+model built from a config, and an sft.json naming it."""
 
 from __future__ import annotations
 
-import pytest
-from trainkit import SMALL_ARITH, TINY_SPEC, resolved
+import copy
 
+import pytest
+from grpoflow_testing import SMALL_ARITH, TINY_SPEC
+
+from grpoflow.config import deep_merge, resolve_config
 from grpoflow.data.convert import convert_split
 from grpoflow.data.download import download_dataset
 
 
 @pytest.fixture(scope="session")
 def small_cfg(default_config):
-    return resolved(default_config, SMALL_ARITH)
+    return resolve_config(deep_merge(copy.deepcopy(default_config), SMALL_ARITH))
 
 
 @pytest.fixture(scope="session")
