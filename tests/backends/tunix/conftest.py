@@ -6,7 +6,7 @@ import copy
 
 import pytest
 from grpoflow_testing import SMALL_ARITH
-from tunixkit import TINY_GRPO, require_tunix, train
+from tunixkit import TINY_GRPO, TINY_REWARDS, require_tunix, train
 
 from grpoflow.backends.tunix.train import training_spec
 from grpoflow.config import deep_merge, resolve_config
@@ -17,7 +17,7 @@ def make_spec(default_config, arith_parquet, tiny_sft_json):
     """make_spec(run_dir, **grpo) -> the spec train_grpo's command would carry for a tunix experiment of the tiny
     model, its checkpoints and outputs under run_dir."""
 
-    def make(run_dir, rewards=None, tunix=None, **grpo):
+    def make(run_dir, rewards=TINY_REWARDS, tunix=None, **grpo):
         override = {
             **SMALL_ARITH,
             "defaults": {
@@ -40,7 +40,7 @@ def make_spec(default_config, arith_parquet, tiny_sft_json):
 
 @pytest.fixture(scope="module")
 def short_run(make_spec, tmp_path_factory):
-    """A finished 4-step Tunix run of the tiny model: (spec, stderr of the job)."""
+    """A finished 12-step Tunix run of the tiny model: (spec, stderr of the job)."""
     require_tunix()
     run_dir = tmp_path_factory.mktemp("tunix-short")
     spec = make_spec(run_dir)

@@ -353,6 +353,10 @@ def train(spec: dict, model_path: str, resumed_from: int) -> int:
     stop = common.SigtermStop(on_request=batches.stop)
     try:
         learner.train(batches)
+    except StopIteration:
+        # Stopped before Tunix's first batch (its learner reads one to size the batches): nothing trained.
+        if not batches.stopped:
+            raise
     finally:
         stop.restore()
     final = cluster.actor_trainer.train_steps
