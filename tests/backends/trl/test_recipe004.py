@@ -24,7 +24,7 @@ def cfg():
 @pytest.fixture(scope="module")
 def spec(cfg):
     """The spec train_grpo hands to the TRL runner (the one the Snakefile composes)."""
-    from grpoflow.train.trl_grpo import training_spec
+    from grpoflow.backends.trl.train import training_spec
 
     return training_spec(
         cfg,
@@ -82,7 +82,7 @@ def test_the_binary_reward_scores_correct_wrong_and_no_answer():
 def test_trl_gets_beta_sampling_and_batch_from_the_config(spec):
     from trl import GRPOConfig
 
-    from grpoflow.train.trl_runner import grpo_config_kwargs
+    from grpoflow.backends.trl.runner import grpo_config_kwargs
 
     kwargs = grpo_config_kwargs(spec)
     assert kwargs["bf16"] is True and kwargs["use_cpu"] is False and kwargs["gradient_checkpointing"] is True
@@ -106,7 +106,7 @@ def test_trl_gets_beta_sampling_and_batch_from_the_config(spec):
 def test_lora_config(spec):
     from peft import LoraConfig
 
-    from grpoflow.train.trl_runner import peft_config
+    from grpoflow.backends.trl.runner import peft_config
 
     lora = peft_config(spec["grpo"]["lora"])
     assert isinstance(lora, LoraConfig)
@@ -128,8 +128,8 @@ def test_the_reference_model_is_the_start_model_with_the_adapter_disabled(spec, 
     from grpoflow.data.convert import convert_split
     from grpoflow.data.download import download_dataset
     from grpoflow.rewards.trl import build_reward_funcs
-    from grpoflow.tiny import build_tiny_model
-    from grpoflow.train.trl_runner import grpo_config_kwargs, load_prompts, peft_config
+    from grpoflow.demo.tiny import build_tiny_model
+    from grpoflow.backends.trl.runner import grpo_config_kwargs, load_prompts, peft_config
 
     small = {"datasets": {"arith": {"synthetic": {"train_size": 40, "test_size": 8}, "validation": {"size": 4}}}}
     arith = resolve_config(deep_merge(default_config, small)).datasets["arith"]
