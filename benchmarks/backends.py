@@ -73,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     configs = [str(REPO / "config" / "config.yaml"), str(workdir / "bench.yaml")]
 
     print(f"SFT start (shared, not timed) in {workdir} ...", flush=True)
-    snakemake(workdir, configs, [f"results/bench-{b}/sft.json" for b in BACKENDS] + ["results/data/arith/train.parquet"])
+    snakemake(
+        workdir, configs, [f"results/bench-{b}/sft.json" for b in BACKENDS] + ["results/data/arith/train.parquet"]
+    )
 
     runs: dict[str, list[dict]] = {b: [] for b in BACKENDS}
     for repeat in range(args.repeats):

@@ -1,16 +1,9 @@
 """`merge_checkpoint`: a training checkpoint → a plain Hugging Face model dir (``results/{experiment}/model``).
 
-verl (FSDP/FSDP2 shards)::
-
-    python -m verl.model_merger merge --backend fsdp --local_dir <ckpt>/global_step_N/actor --target_dir <tmp>
-
-With LoRA, verl's merger writes the frozen base weights plus the adapter in ``lora_adapter/`` and leaves them
-unmerged; the adapter is merged into those base weights with PEFT (in float32, saved in the base's dtype), so
-vLLM evaluation gets a plain model. A LoRA-only checkpoint (``checkpoint.save_lora_only``) has no base weights:
-its adapter is merged into the SFT start instead.
-
-TRL (HF Trainer ``checkpoint-N/``): a full fine-tune's model files are taken as they are; a PEFT adapter is
-merged into the SFT start.
+Each backend converts its own checkpoints (``grpoflow.backends.<name>.merge.merge``): verl's FSDP shards with
+verl's merger, TRL's ``checkpoint-N/`` as it is (a PEFT adapter merged into the SFT start), Tunix's Orbax step
+exported tensor by tensor. LoRA adapters are merged with PEFT here (``peft_merge``: in float32, saved in the base's
+dtype), so evaluation gets a plain model.
 
 Then, before the dir is moved into place (atomically, so a failed merge never leaves a model that looks
 done): the weights load with transformers (no missing, unexpected or resized tensor; all finite), the tokenizer
@@ -20,26 +13,24 @@ checkpoint has none). ``grpoflow_merge.json`` in the model dir records what was 
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from grpoflow.errors import DataError, GrpoflowError
+from grpoflow.backends import BACKENDS
+from grpoflow.errors import GrpoflowError
 from grpoflow.io import atomic_dir, atomic_write_json, read_json
 
 log = logging.getLogger("grpoflow.merge")
 
 MERGE_RECORD = "grpoflow_merge.json"
 LORA_SUBDIR = "lora_adapter"  # where verl's merger puts the adapter; kept in the output for LoRA serving
-# HF Trainer files in a checkpoint-N/ that are training state, not the model.
-TRAINER_STATE_FILES = {"optimizer.pt", "scheduler.pt", "training_args.bin", "trainer_state.json", "scaler.pt"}
 
 
 # ---- entry point --------------------------------------------------------------------------------------------
@@ -56,16 +47,10 @@ def merge_checkpoint(
     step = int(final if step in ("last", None) else step)
     out = Path(out_dir)
     with atomic_dir(out) as tmp:
-        if backend == "verl":
-            info = merge_verl(checkpoint_dir, step, base, tmp)
-        elif backend == "trl":
-            info = merge_trl(checkpoint_dir, step, base, tmp)
-        elif backend == "tunix":
-            from grpoflow.backends.tunix.merge import merge as merge_tunix
-
-            info = merge_tunix(checkpoint_dir, step, base, tmp)
-        else:
+        if backend not in BACKENDS:
             raise GrpoflowError(f"merge_checkpoint: unknown backend {backend!r}")
+        # Each backend's own merge (grpoflow.backends.<name>.merge), imported only here: its trainer's libraries.
+        info = importlib.import_module(f"grpoflow.backends.{backend}.merge").merge(checkpoint_dir, step, base, tmp)
         # The Tunix environment has no torch: its export is checked tensor by tensor against the start's files.
         info["checks"] = check_merged(tmp, base, load_with="safetensors" if backend == "tunix" else "transformers")
         info.update(
@@ -74,129 +59,6 @@ def merge_checkpoint(
         atomic_write_json(tmp / MERGE_RECORD, info)
     log.info("merged %s step %d into %s in %.0f s", backend, step, out, time.monotonic() - started)
     return info
-
-
-# ---- verl ---------------------------------------------------------------------------------------------------
-
-
-def _world_size_from_shards(actor: Path) -> int | None:
-    sizes = {p.name.split("_")[3] for p in actor.glob("model_world_size_*_rank_*.pt")}
-    return int(sizes.pop()) if len(sizes) == 1 and next(iter(sizes), "").isdigit() else None
-
-
-def _is_lora_only(actor: Path, world_size: int) -> bool:
-    """True when the shards hold only LoRA tensors (verl's checkpoint.save_lora_only)."""
-    import torch
-
-    shard = actor / f"model_world_size_{world_size}_rank_0.pt"
-    state = torch.load(shard, map_location="cpu", mmap=True, weights_only=False)  # keys only; mmap: no copy
-    keys = list(state)
-    return bool(keys) and all("lora_" in k or ".adapter_" in k for k in keys)
-
-
-def merge_verl(checkpoint_dir: str, step: int, base: str, out: Path) -> dict:
-    from grpoflow.backends.verl import ckpt as ck
-
-    actor = ck.actor_dir(checkpoint_dir, step)
-    if not actor.is_dir():
-        have = sorted(ck.step_dirs(checkpoint_dir))
-        raise DataError(
-            f"{actor} does not exist (steps in {checkpoint_dir}: {have or 'none'}): set merge_step to one of them, or keep more checkpoints (grpo.max_checkpoints_to_keep)"
-        )
-    world = _world_size_from_shards(actor)
-    if not (actor / "fsdp_config.json").is_file():
-        fix = (
-            f"write {actor}/fsdp_config.json containing {json.dumps({'FSDP_version': 2, 'world_size': world})} (world size from the shard names; FSDP_version 1 for strategy fsdp)"
-            if world
-            else "the checkpoint has no model_world_size_*_rank_*.pt shards either: it is incomplete; merge another step (merge_step)"
-        )
-        raise DataError(
-            f"{actor} has no fsdp_config.json, which verl's merger needs (checkpoints from older verl lack it): {fix}"
-        )
-    if not (actor / "huggingface" / "config.json").is_file():
-        raise DataError(
-            f"{actor}/huggingface/config.json is missing: rank 0 did not finish saving step {step}; merge another step (merge_step)"
-        )
-    world = json.loads((actor / "fsdp_config.json").read_text())["world_size"]
-    lora_only = _is_lora_only(actor, world)
-
-    scratch = Path(tempfile.mkdtemp(prefix=".verl-merge.", dir=out.parent))
-    try:
-        cmd = [
-            sys.executable,
-            "-m",
-            "verl.model_merger",
-            "merge",
-            "--backend",
-            "fsdp",
-            "--local_dir",
-            str(actor),
-            "--target_dir",
-            str(scratch),
-        ]
-        log.info("running: %s", " ".join(cmd))
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        sys.stderr.write(proc.stdout[-20000:] + proc.stderr[-20000:])
-        if proc.returncode != 0:
-            last = next((ln for ln in reversed(proc.stderr.strip().splitlines()) if ln.strip()), "no output")
-            raise GrpoflowError(f"verl's model merger failed on {actor} (exit {proc.returncode}): {last}")
-        adapter = scratch / LORA_SUBDIR
-        if adapter.is_dir():
-            merge_base = base if lora_only else str(scratch)
-            peft_merge(merge_base, adapter, out)
-            shutil.copytree(adapter, out / LORA_SUBDIR)
-            _copy_tokenizer(scratch, out)
-        else:
-            for item in scratch.iterdir():
-                shutil.move(str(item), out / item.name)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return {
-        "source": str(actor),
-        "command": " ".join(cmd[1:]),
-        "lora": adapter_info(out / LORA_SUBDIR),
-        "lora_only_checkpoint": lora_only,
-    }
-
-
-# ---- TRL ----------------------------------------------------------------------------------------------------
-
-
-def merge_trl(checkpoint_dir: str, step: int, base: str, out: Path) -> dict:
-    from grpoflow.backends.trl import ckpt as tc
-
-    ckpt = Path(checkpoint_dir) / f"checkpoint-{step}"
-    if not ckpt.is_dir():
-        have = sorted(tc.step_dirs(checkpoint_dir))
-        raise DataError(
-            f"{ckpt} does not exist (checkpoints in {checkpoint_dir}: {have or 'none'}): set merge_step to one of them"
-        )
-    if not tc.is_complete(ckpt, step):
-        raise DataError(
-            f"{ckpt} is incomplete (no trainer_state.json naming step {step}): it was cut off while saving; merge another step (merge_step)"
-        )
-    if tc.is_peft_checkpoint(ckpt):
-        peft_merge(base, ckpt, out)
-        _copy_tokenizer(ckpt, out)
-        shutil.copytree(
-            ckpt,
-            out / LORA_SUBDIR,
-            ignore=shutil.ignore_patterns(
-                *TRAINER_STATE_FILES, "rng_state*", "tokenizer*", "chat_template*", "special_tokens_map.json", "*.jsonl"
-            ),
-        )
-        lora = adapter_info(ckpt)
-    else:
-        for item in ckpt.iterdir():
-            if (
-                item.is_file()
-                and item.name not in TRAINER_STATE_FILES
-                and not item.name.startswith("rng_state")
-                and not item.name.endswith(".jsonl")
-            ):
-                shutil.copy2(item, out / item.name)
-        lora = None
-    return {"source": str(ckpt), "lora": lora}
 
 
 # ---- shared pieces ------------------------------------------------------------------------------------------
@@ -234,7 +96,7 @@ def peft_merge(base: str, adapter: Path, out: Path) -> None:
     log.info("merged LoRA adapter %s into %s (saved as %s)", adapter, base, dtype)
 
 
-def _copy_tokenizer(src: Path, out: Path) -> None:
+def copy_tokenizer(src: Path, out: Path) -> None:
     from transformers import AutoTokenizer
 
     AutoTokenizer.from_pretrained(src).save_pretrained(out)

@@ -14,7 +14,6 @@ from grpoflow.config import deep_merge, resolve_config
 BIN = Path(sys.executable).parent  # the venv's bin: `python` in a training command is this interpreter
 
 
-
 def resolved(raw: dict, override: dict | None = None):
     return resolve_config(deep_merge(copy.deepcopy(raw), override or {}))
 

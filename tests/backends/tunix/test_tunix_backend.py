@@ -116,7 +116,14 @@ def test_metric_rows_join_each_rollout_with_the_update_it_fed(tmp_path):
     rows.log_scalar("actor/train/loss", 0.3, step=7)  # step 6 is now complete
     got = [json.loads(line) for line in live.read_text().splitlines()]
     assert [r["step"] for r in got] == [5, 6]
-    assert got[0] == {"step": 5, "reward": 0.5, "reward/accuracy": 0.5, "response_length": 10.0, "loss": 0.0, "kl": 0.01}
+    assert got[0] == {
+        "step": 5,
+        "reward": 0.5,
+        "reward/accuracy": 0.5,
+        "response_length": 10.0,
+        "loss": 0.0,
+        "kl": 0.01,
+    }
     assert got[1]["reward"] == 0.75 and "time_s" in got[1]
     rows.flush(7)
     assert [json.loads(line)["step"] for line in live.read_text().splitlines()] == [5, 6, 7]
@@ -138,7 +145,11 @@ def test_dry_run_names_the_tunix_interpreter(tmp_path):
     from grpoflow_testing import REPO, make_workdir, snakemake
 
     wd = make_workdir(tmp_path)
-    proc = snakemake(["-n", "-p", "--configfile", str(REPO / "config" / "config.yaml"), str(REPO / "config" / "demo-tunix.yaml")], wd, check=False)
+    proc = snakemake(
+        ["-n", "-p", "--configfile", str(REPO / "config" / "config.yaml"), str(REPO / "config" / "demo-tunix.yaml")],
+        wd,
+        check=False,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     words = shlex.split(next(ln for ln in out.splitlines() if "grpoflow.backends.tunix.train" in ln))

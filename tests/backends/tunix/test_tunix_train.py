@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tunixkit import TINY_GRPO, read_jsonl, require_tunix, run_tunix, start_training, train
+from tunixkit import TINY_GRPO, read_jsonl, run_tunix, start_training, train
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +88,11 @@ def test_run_writes_metrics_marker_progress_and_orbax_checkpoints(short_run):
     steps = sorted(int(p.name) for p in (Path(spec["checkpoint_dir"]) / "actor").iterdir())
     assert steps == [8, 12]  # save_freq 4, max_checkpoints_to_keep 2
     progress = [ln for ln in log.splitlines() if " step " in ln and "/12 (" in ln]
-    assert len(progress) == 12 and "job interpreter:" in log and "environment check for train_grpo (backend tunix) passed" in log
+    assert (
+        len(progress) == 12
+        and "job interpreter:" in log
+        and "environment check for train_grpo (backend tunix) passed" in log
+    )
 
 
 def test_sigterm_stops_at_a_step_with_a_checkpoint_and_the_rerun_ends_where_an_uninterrupted_run_does(

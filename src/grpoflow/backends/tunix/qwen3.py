@@ -54,7 +54,9 @@ def hf_config(model_dir: str | Path) -> dict:
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: cannot read the start model's config ({exc}): the tunix backend needs an HF model dir")
+        raise DataError(
+            f"{path}: cannot read the start model's config ({exc}): the tunix backend needs an HF model dir"
+        )
     if cfg.get("model_type") != "qwen3":
         raise DataError(
             f"{path}: model_type {cfg.get('model_type')!r}: the tunix backend loads dense Qwen3 checkpoints "
@@ -67,7 +69,9 @@ def rope_theta(cfg: dict) -> float:
     """transformers ≥ 5 keeps θ under ``rope_parameters``; older configs at the top level."""
     theta = (cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta"))
     if theta is None:
-        raise DataError("the start model's config.json has no rope_theta (neither rope_parameters.rope_theta nor rope_theta)")
+        raise DataError(
+            "the start model's config.json has no rope_theta (neither rope_parameters.rope_theta nor rope_theta)"
+        )
     return float(theta)
 
 
@@ -157,7 +161,9 @@ def export(model, start_dir: str | Path, out_dir: str | Path) -> dict:
                 shape, dtype = tuple(ref.get_shape()), dtypes[ref.get_dtype()]
                 hit = next(((rx, tgt, tf) for rx, tgt, tf in mapping if rx.match(key)), None)
                 if hit is None:
-                    raise DataError(f"{shard}: tensor {key} has no Tunix counterpart: cannot export a Qwen3 model with it")
+                    raise DataError(
+                        f"{shard}: tensor {key} has no Tunix counterpart: cannot export a Qwen3 model with it"
+                    )
                 rx, target, transform = hit
                 path = rx.sub(target, key)
                 if path not in params:
@@ -175,7 +181,9 @@ def export(model, start_dir: str | Path, out_dir: str | Path) -> dict:
         save_file(tensors, str(out / shard.name), metadata={"format": "pt"})
     unused = sorted(set(params) - used)
     if unused:
-        raise DataError(f"{len(unused)} trained Tunix parameter(s) have no place in the HF checkpoint (e.g. {unused[0]})")
+        raise DataError(
+            f"{len(unused)} trained Tunix parameter(s) have no place in the HF checkpoint (e.g. {unused[0]})"
+        )
     if len(shards) > 1:
         total = sum((out / s.name).stat().st_size for s in shards)
         (out / "model.safetensors.index.json").write_text(

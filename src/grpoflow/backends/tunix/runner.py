@@ -225,15 +225,22 @@ def _optimizer(grpo: dict, tunix: dict):
     warmup = int(grpo["lr_warmup_ratio"] * total)
     kind = grpo["lr_scheduler"]
     if kind == "constant":
-        schedule = optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), optax.constant_schedule(peak)], [warmup]) if warmup else peak
+        schedule = (
+            optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), optax.constant_schedule(peak)], [warmup])
+            if warmup
+            else peak
+        )
     elif kind == "cosine":
         schedule = optax.warmup_cosine_decay_schedule(0.0, peak, warmup, max(total, warmup + 1), end_value=0.0)
     elif kind == "linear":
         schedule = optax.join_schedules(
-            [optax.linear_schedule(0.0, peak, warmup), optax.linear_schedule(peak, 0.0, max(total - warmup, 1))], [warmup]
+            [optax.linear_schedule(0.0, peak, warmup), optax.linear_schedule(peak, 0.0, max(total - warmup, 1))],
+            [warmup],
         )
     else:
-        raise ConfigError(f"config error: grpo.lr_scheduler = {kind!r} is not supported by the tunix backend (constant, cosine, linear)")
+        raise ConfigError(
+            f"config error: grpo.lr_scheduler = {kind!r} is not supported by the tunix backend (constant, cosine, linear)"
+        )
 
     def clipped_adamw(learning_rate):
         return optax.chain(
@@ -291,7 +298,12 @@ def train(spec: dict, model_path: str, resumed_from: int) -> int:
     reference = (
         qwen3.load(model_path, mesh, tunix["compute_dtype"], tunix["compute_dtype"]) if grpo["kl_coef"] > 0 else None
     )
-    log.info("loaded %s%s in %.1f s", model_path, " (+ reference)" if reference is not None else "", time.monotonic() - started)
+    log.info(
+        "loaded %s%s in %.1f s",
+        model_path,
+        " (+ reference)" if reference is not None else "",
+        time.monotonic() - started,
+    )
 
     rollout = base_rollout.RolloutConfig(
         max_tokens_to_generate=grpo["max_response_length"],
