@@ -15,7 +15,7 @@ import pytest
 from faultkit import EXPERIMENT, fault_config, latest_checkpoint, wait_for
 from grpoflow_testing import BIN, PYTHON
 
-from grpoflow.backends.trl.train import training_spec
+from grpoflow.backends.trl.commandline import training_spec
 from grpoflow.config import resolve_config
 
 pytestmark = pytest.mark.slow

@@ -75,7 +75,7 @@ def train_trl(base: str, root: Path, lora_rank: int) -> Path:
     import copy
     import json
 
-    from grpoflow.backends.trl.train import training_spec
+    from grpoflow.backends.trl.commandline import training_spec
     from grpoflow.config import resolve_config
     from grpoflow.discovery import discover_to_file
 

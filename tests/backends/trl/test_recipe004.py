@@ -24,7 +24,7 @@ def cfg():
 @pytest.fixture(scope="module")
 def spec(cfg):
     """The spec train_grpo hands to the TRL runner (the one the Snakefile composes)."""
-    from grpoflow.backends.trl.train import training_spec
+    from grpoflow.backends.trl.commandline import training_spec
 
     return training_spec(
         cfg,

@@ -16,8 +16,8 @@ import pytest
 from trainkit import BIN, SMALL_ARITH, read_jsonl, resolved
 
 from grpoflow.backends.trl.ckpt import LIVE_METRICS, is_complete, latest_complete
+from grpoflow.backends.trl.commandline import command
 from grpoflow.backends.trl.runner import prepare_checkpoint_dir
-from grpoflow.backends.trl.train import command
 from grpoflow.checkpoint_record import read_record
 from grpoflow.errors import ConfigError
 

@@ -10,8 +10,8 @@ import pytest
 from trainkit import resolved
 
 from grpoflow.backends.trl import SETTINGS
+from grpoflow.backends.trl.commandline import training_spec
 from grpoflow.backends.trl.runner import grpo_config_kwargs, peft_config
-from grpoflow.backends.trl.train import training_spec
 
 NAME = re.compile(r"^(GRPOConfig|LoraConfig)\.(\w+)$")
 

@@ -8,7 +8,7 @@ import pytest
 from grpoflow_testing import SMALL_ARITH
 from tunixkit import TINY_GRPO, TINY_REWARDS, require_tunix, train
 
-from grpoflow.backends.tunix.train import training_spec
+from grpoflow.backends.tunix.commandline import training_spec
 from grpoflow.config import deep_merge, resolve_config
 
 

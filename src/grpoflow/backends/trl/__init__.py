@@ -2,8 +2,8 @@
 
 Files:
 
-- ``train.py``: ``command`` (``python -m grpoflow.backends.trl.train --spec JSON``), the config check, and that
-  entry point;
+- ``commandline.py``: ``command`` (``python -m grpoflow.backends.trl.train --spec JSON``) and the config check;
+- ``train.py``: that entry point;
 - ``runner.py``: the resumable GRPOTrainer run (imports torch/TRL; only in the job), ``grpo_config_kwargs`` (the
   ``grpo.*`` -> ``GRPOConfig`` mapping, ``SETTINGS`` below), and the marker and metrics at the end;
 - ``ckpt.py``: the checkpoint dir (``checkpoint-N``, complete when ``trainer_state.json`` names step N).
@@ -12,8 +12,8 @@ Files:
 from __future__ import annotations
 
 from grpoflow.backends.trl.ckpt import checkpoints
-from grpoflow.backends.trl.train import check_trl_experiment as check
-from grpoflow.backends.trl.train import command
+from grpoflow.backends.trl.commandline import check_trl_experiment as check
+from grpoflow.backends.trl.commandline import command
 
 __all__ = ["METRICS", "SETTINGS", "check", "checkpoints", "command"]
 

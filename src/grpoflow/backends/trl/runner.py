@@ -1,6 +1,6 @@
 """GRPO training with TRL's ``GRPOTrainer`` (the trl backend), resumable and honest about completion.
 
-``run_training(spec)`` (spec from ``grpoflow.backends.trl.train.training_spec``):
+``run_training(spec)`` (spec from ``grpoflow.backends.trl.commandline.training_spec``):
 
 1. reads the start model from sft.json, the prompts from the train Parquet (overlong prompts dropped, like
    verl's ``filter_overlong_prompts``), the reward from ``grpoflow.rewards``;

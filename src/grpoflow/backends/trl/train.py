@@ -1,63 +1,11 @@
-"""The TRL backend of `train_grpo`: the command the rule runs, its config check, and its entry point.
-
-``command(cfg, experiment, inputs, outputs)`` is composed when Snakemake builds the DAG::
-
-    python -m grpoflow.backends.trl.train --spec '{"experiment": ..., "grpo": {...}, ...}'
-
-The spec holds everything that determines the trained weights and nothing else (no evaluation, upload or
-resource settings), so changing any of it, and only it, reruns training. The training itself is
-``grpoflow.backends.trl.runner.run_training`` (TRL ``GRPOTrainer``); this module stays free of torch/TRL imports
-because the Snakefile imports it on every dry-run.
-"""
+"""``python -m grpoflow.backends.trl.train --spec JSON``: the trl backend's train_grpo job (the command is
+composed by grpoflow.backends.trl.commandline)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
-
-from grpoflow.config import WorkflowConfig, register_backend_check
-from grpoflow.errors import ConfigError
-
-
-def training_spec(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> dict:
-    exp = cfg.experiment(experiment)
-    return {
-        "experiment": experiment,
-        "sft": inputs["sft"],  # sft.json: its "path" is the model GRPO starts from (read when training starts)
-        "trust_remote_code": exp["sft"]["trust_remote_code"],
-        "train": inputs["train"],  # inputs["val"] is not used: TRL validates nothing during training; `evaluate` does
-        "grpo": exp["grpo"],
-        "rewards": exp["rewards"],
-        "trl": exp["trl"],
-        "checkpoint_dir": cfg.checkpoint_dir(experiment),
-        "resume_across_changes": exp["resume_across_changes"],
-        "marker": outputs["marker"],
-        "metrics": outputs["metrics"],
-    }
-
-
-def command(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> str:
-    spec = training_spec(cfg, experiment, inputs, outputs)
-    return f"python -m grpoflow.backends.trl.train --spec {shlex.quote(json.dumps(spec, sort_keys=True))}"
-
-
-@register_backend_check("trl")
-def check_trl_experiment(name: str, exp: dict, cfg=None) -> None:
-    """Batch arithmetic TRL would only reject when training starts."""
-    grpo, trl = exp["grpo"], exp["trl"]
-    G, completions = grpo["num_generations"], grpo["prompts_per_step"] * grpo["num_generations"]
-    where = f"config error: experiments.{name}"
-    if G < 2:
-        raise ConfigError(
-            f"{where}.grpo.num_generations = {G}: GRPO compares completions within a prompt's group, so it needs at least 2"
-        )
-    micro = trl["completions_per_device_batch"]
-    if micro is not None and completions % micro:
-        raise ConfigError(
-            f"{where}.trl.completions_per_device_batch = {micro} does not divide the {completions} completions of a step (grpo.prompts_per_step × num_generations = {grpo['prompts_per_step']} × {G}): use a divisor of {completions}"
-        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
         description="GRPO training with TRL (the trl backend of train_grpo).",
     )
     parser.add_argument(
-        "--spec", required=True, help="JSON training spec, as composed by grpoflow.backends.trl.train.command"
+        "--spec", required=True, help="JSON training spec, as composed by grpoflow.backends.trl.commandline.command"
     )
     args = parser.parse_args(argv)
     setup_logging()

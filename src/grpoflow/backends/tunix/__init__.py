@@ -3,8 +3,8 @@
 
 Files:
 
-- ``train.py``: ``command`` (``python -m grpoflow.backends.tunix.train --spec JSON``), the config check, and that
-  entry point;
+- ``commandline.py``: ``command`` (``python -m grpoflow.backends.tunix.train --spec JSON``) and the config check;
+- ``train.py``: that entry point;
 - ``runner.py``: the resumable GRPOLearner run (imports JAX/Tunix; only in the job, in the Tunix environment:
   requirements/tunix.lock), the ``grpo.*`` -> Tunix mapping (``SETTINGS`` below), the metrics and the marker;
 - ``ckpt.py``: the checkpoint dir (Tunix's Orbax checkpoints ``actor/<step>``);
@@ -18,8 +18,8 @@ runs Snakemake, which does not hold Tunix.
 from __future__ import annotations
 
 from grpoflow.backends.tunix.ckpt import checkpoints
-from grpoflow.backends.tunix.train import check_tunix_experiment as check
-from grpoflow.backends.tunix.train import command
+from grpoflow.backends.tunix.commandline import check_tunix_experiment as check
+from grpoflow.backends.tunix.commandline import command
 
 __all__ = ["METRICS", "SETTINGS", "check", "checkpoints", "command"]
 

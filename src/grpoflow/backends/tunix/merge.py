@@ -37,7 +37,7 @@ def merge(checkpoint_dir: str, step: int, base: str, out: Path) -> dict:
         (1, 1), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2, devices=jax.devices()[:1]
     )
     model = qwen3.load(base, mesh)
-    manager = CheckpointManager(str(Path(checkpoint_dir) / ACTOR_SUBDIR))
+    manager = CheckpointManager(str((Path(checkpoint_dir) / ACTOR_SUBDIR).absolute()))  # Orbax: absolute only
     try:
         restored, _ = manager.maybe_restore(model, step=step)
     finally:

@@ -284,7 +284,7 @@ def train(spec: dict, model_path: str, resumed_from: int) -> int:
     # Tunix and Orbax log every rollout's trajectory ids and every save's phases at INFO through absl: the job log
     # keeps grpoflow's progress line per step and their warnings.
     logging.getLogger("absl").setLevel(logging.WARNING)
-    ckpt_dir = Path(spec["checkpoint_dir"])
+    ckpt_dir = Path(spec["checkpoint_dir"]).absolute()  # Orbax refuses relative paths (the rules' are relative)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.chat_template is None:
         raise DataError(

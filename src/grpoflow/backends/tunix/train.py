@@ -1,67 +1,11 @@
-"""The Tunix backend of `train_grpo`: the command the rule runs, its config check, and its entry point.
-
-``command(cfg, experiment, inputs, outputs)`` is composed when Snakemake builds the DAG::
-
-    python -m grpoflow.backends.tunix.train --spec '{"experiment": ..., "grpo": {...}, "tunix": {...}, ...}'
-
-The spec holds everything that determines the trained weights and nothing else, so changing any of it, and only
-it, reruns training. The training itself is ``grpoflow.backends.tunix.runner.run_training``; this module stays
-free of JAX/Tunix imports because the Snakefile imports it on every dry-run.
-"""
+"""``python -m grpoflow.backends.tunix.train --spec JSON``: the tunix backend's train_grpo job (the command is
+composed by grpoflow.backends.tunix.commandline)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
-
-from grpoflow.config import WorkflowConfig, register_backend_check
-from grpoflow.errors import ConfigError
-
-
-def training_spec(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> dict:
-    exp = cfg.experiment(experiment)
-    return {
-        "experiment": experiment,
-        "sft": inputs["sft"],
-        "train": inputs["train"],
-        "grpo": exp["grpo"],
-        "rewards": exp["rewards"],
-        "tunix": exp["tunix"],
-        "checkpoint_dir": cfg.checkpoint_dir(experiment),
-        "resume_across_changes": exp["resume_across_changes"],
-        "marker": outputs["marker"],
-        "metrics": outputs["metrics"],
-    }
-
-
-def command(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> str:
-    spec = training_spec(cfg, experiment, inputs, outputs)
-    return f"python -m grpoflow.backends.tunix.train --spec {shlex.quote(json.dumps(spec, sort_keys=True))}"
-
-
-@register_backend_check("tunix")
-def check_tunix_experiment(name: str, exp: dict, cfg=None) -> None:
-    """What Tunix would only reject once the model is loaded."""
-    grpo, tunix = exp["grpo"], exp["tunix"]
-    where = f"config error: experiments.{name}"
-    if grpo["num_generations"] < 2:
-        raise ConfigError(
-            f"{where}.grpo.num_generations = {grpo['num_generations']}: Tunix's GRPOConfig needs at least 2 (GRPO compares completions within a prompt's group)"
-        )
-    lr = grpo["learning_rate"]
-    if tunix["param_dtype"] == "bfloat16" and not exp["checks"]["allow_bf16_master_weights"]:
-        from grpoflow.backends.verl.memory import TYPICAL_WEIGHT, bf16_half_spacing, bf16_update_lost
-
-        if bf16_update_lost(lr):
-            raise ConfigError(
-                f"{where}.tunix.param_dtype = bfloat16 with grpo.learning_rate = {lr:g}: AdamW steps of about {lr:g} are below half bf16's spacing at a typical weight (|w| {TYPICAL_WEIGHT}: {bf16_half_spacing(TYPICAL_WEIGHT):.1e}) and round to zero, so the run would not learn; use tunix.param_dtype: float32 (with compute_dtype: bfloat16), or set checks.allow_bf16_master_weights: true"
-            )
-    if (grpo.get("lora") or {}).get("rank", 0) > 0:
-        raise ConfigError(
-            f"{where}.grpo.lora: LoRA is not wired into the tunix backend yet (full fine-tuning only): remove grpo.lora or use backend trl"
-        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
         description="GRPO training with Tunix (the tunix backend of train_grpo).",
     )
     parser.add_argument(
-        "--spec", required=True, help="JSON training spec, as composed by grpoflow.backends.tunix.train.command"
+        "--spec", required=True, help="JSON training spec, as composed by grpoflow.backends.tunix.commandline.command"
     )
     args = parser.parse_args(argv)
     setup_logging()
