@@ -36,7 +36,7 @@ demo: setup
 
 # The same demo trained by Tunix (JAX) instead of TRL: config/demo-tunix.yaml.
 demo-tunix: setup setup-tunix
-	$(BIN)/snakemake --profile profiles/local --configfile config/demo-tunix.yaml
+	$(BIN)/snakemake --profile profiles/local --configfile config/config.yaml config/demo-tunix.yaml
 
 # ruff and snakefmt settings: pyproject.toml (line length 120, as the code is wrapped).
 lint: setup
