@@ -34,7 +34,7 @@ $(TUNIX_STAMP): requirements/tunix.lock pyproject.toml $(STAMP)
 demo: setup
 	$(BIN)/snakemake --profile profiles/local
 
-# The same demo trained by Tunix (JAX) instead of TRL: config/demo-tunix.yaml.
+# The demo with two more experiments trained by Tunix (JAX) next to the TRL ones: config/demo-tunix.yaml.
 demo-tunix: setup setup-tunix
 	$(BIN)/snakemake --profile profiles/local --configfile config/config.yaml config/demo-tunix.yaml
 

@@ -9,28 +9,12 @@ import torch
 
 pytest.importorskip("trl")
 
+from rewardkit import KAGGLE, TEXTS, B  # noqa: E402
+
 from grpoflow.errors import GrpoflowError  # noqa: E402
 from grpoflow.rewards import RewardSet, Sample, contiguous_groups  # noqa: E402
 from grpoflow.rewards.trl import ZNORM_FUNC, build_reward_funcs, completion_text  # noqa: E402
 
-B = "\\boxed"
-KAGGLE = {
-    "funcs": ["format2", "cosine", "length", "accuracy"],
-    "weights": [1.0, 1.0, 1.0, 0.5],
-    "normalize": "per_prompt",
-    "eps": 1e-6,
-    "params": {"cosine": {"max_len": 64}},
-}
-TEXTS = [
-    (f"<think>48 / 2 = 24 so {B}{{72}}</think>\nThe answer is {B}{{72}}.", "72"),
-    (f"<think>hmm</think>\nThe answer is {B}{{72}}.", "72"),
-    (f"<think>48 + 24 is 71 {B}{{71}}</think>\n{B}{{71}}", "72"),
-    ("<think>Natalia sold 48 clips in April and", "72"),
-    (f"<think>12 times 35</think>\n{B}{{420}}", "420"),
-    ("<think>12 times 35 is 420</think>\nSo the total is 420.", "420"),
-    ("<think>12 times 35 is 420</think>\nSo the total is 421.", "420"),
-    (f"<think>x</think>\n{B}{{420}} or {B}{{421}}", "420"),
-]
 G = 4
 
 

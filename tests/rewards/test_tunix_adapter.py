@@ -7,26 +7,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from rewardkit import KAGGLE, TEXTS
 
 from grpoflow.errors import GrpoflowError
 from grpoflow.rewards import RewardSet, Sample, contiguous_groups
 from grpoflow.rewards import verifier as verifier_module
 from grpoflow.rewards.tunix import REWARD_NAME, build_reward_fns
 
-B = "\\boxed"
-KAGGLE = {
-    "funcs": ["format2", "cosine", "length", "accuracy"],
-    "weights": [1.0, 1.0, 1.0, 0.5],
-    "normalize": "per_prompt",
-    "eps": 1e-6,
-    "params": {"cosine": {"max_len": 64}},
-}
-TEXTS = [
-    (f"<think>48 / 2 = 24 so {B}{{72}}</think>\nThe answer is {B}{{72}}.", "72"),
-    (f"<think>hmm</think>\nThe answer is {B}{{72}}.", "72"),
-    (f"<think>48 + 24 is 71 {B}{{71}}</think>\n{B}{{71}}", "72"),
-    ("<think>Natalia sold 48 clips in April and", "72"),
-]
+TEXTS = TEXTS[:4]
+
 G = 2
 
 

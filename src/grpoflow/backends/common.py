@@ -129,6 +129,27 @@ def write_metrics(path: str | os.PathLike, rows: Iterable[dict]) -> None:
 RL_COLUMNS = ("prompt", "reward_model")
 
 
+def prompts_within(parquet: str, tokenizer, max_prompt_length: int, where: str) -> list[tuple[str, dict]]:
+    """The training split's rows whose chat-templated prompt fits ``grpo.max_prompt_length`` tokens, as
+    ``(prompt text, row)``: longer ones are dropped (with a warning), never cut; none fitting is an error."""
+    rows = read_rl_rows(parquet, f"the training data ({where}.data)")
+    texts = [tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True) for r in rows]
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    kept = [(t, r) for t, r, n in zip(texts, rows, lengths) if n <= max_prompt_length]
+    if not kept:
+        raise DataError(
+            f"every prompt of {parquet} is longer than {where}.grpo.max_prompt_length = {max_prompt_length} tokens (shortest: {min(lengths, default=0)}): raise max_prompt_length"
+        )
+    if len(kept) < len(rows):
+        log.warning(
+            "dropped %d of %d prompts longer than grpo.max_prompt_length = %d tokens",
+            len(rows) - len(kept),
+            len(rows),
+            max_prompt_length,
+        )
+    return kept
+
+
 def read_rl_rows(parquet: str, what: str) -> list[dict]:
     """The rows of a verl RL Parquet; ``what`` names the file's role (and config key) in errors."""
     from grpoflow.data.readers import read_records
@@ -140,6 +161,44 @@ def read_rl_rows(parquet: str, what: str) -> list[dict]:
             f"{what} ({parquet}): no {', '.join(missing)} column: not a verl RL Parquet; write it with the convert_to_parquet rule"
         )
     return rows
+
+
+# ---- a backend's entry point: python -m grpoflow.backends.<name>.train --spec JSON ----------------------------------
+
+
+def train_main(backend: str, argv: list[str] | None, env_check: str | None = None) -> int:
+    """Parse ``--spec``, log the interpreter, run the environment check ``env_check`` (grpoflow.envcheck; seconds,
+    before any trainer import), then ``grpoflow.backends.<backend>.runner.run_training(spec)``; any failure is one
+    ``grpoflow: error:`` line (grpoflow.workflow.guarded)."""
+    import argparse
+    import importlib
+    import sys
+
+    from grpoflow import envcheck
+    from grpoflow.workflow import guarded, setup_logging
+
+    parser = argparse.ArgumentParser(
+        prog=f"python -m grpoflow.backends.{backend}.train",
+        description=f"GRPO training, the {backend} backend of train_grpo.",
+    )
+    parser.add_argument(
+        "--spec", required=True, help=f"JSON training spec, as grpoflow.backends.{backend}.commandline composes it"
+    )
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    setup_logging()
+    try:
+        spec = json.loads(args.spec)
+    except ValueError as exc:
+        parser.error(f"--spec is not valid JSON: {exc}")
+
+    def train() -> None:
+        envcheck.log_interpreter()
+        if env_check:
+            envcheck.check(env_check)
+        importlib.import_module(f"grpoflow.backends.{backend}.runner").run_training(spec)
+
+    guarded(train, what=f"train_grpo ({spec.get('experiment')})")
+    return 0
 
 
 # ---- one training run: resume point, live metrics, SIGTERM, the end -----------------------------------------------

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from grpoflow.backends import common
-from grpoflow.backends.common import map_metrics, number, read_rl_rows
+from grpoflow.backends.common import map_metrics, number
 from grpoflow.backends.trl import METRICS
 from grpoflow.backends.trl.ckpt import LIVE_METRICS, is_complete, is_peft_checkpoint, latest_complete, step_dirs
 from grpoflow.discovery import model_path as sft_model_path
@@ -99,21 +99,7 @@ def load_prompts(parquet: str, tokenizer, max_prompt_length: int, where: str):
     """The train split as a ``datasets.Dataset`` with ``prompt`` (chat messages) and the reward's columns."""
     from datasets import Dataset
 
-    rows = read_rl_rows(parquet, f"the training data ({where}.data)")
-    texts = [tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True) for r in rows]
-    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
-    kept = [r for r, n in zip(rows, lengths) if n <= max_prompt_length]
-    if not kept:
-        raise DataError(
-            f"every prompt of {parquet} is longer than {where}.grpo.max_prompt_length = {max_prompt_length} tokens (shortest: {min(lengths, default=0)}): raise max_prompt_length"
-        )
-    if len(kept) < len(rows):
-        log.warning(
-            "dropped %d of %d prompts longer than grpo.max_prompt_length = %d tokens",
-            len(rows) - len(kept),
-            len(rows),
-            max_prompt_length,
-        )
+    kept = [row for _, row in common.prompts_within(parquet, tokenizer, max_prompt_length, where)]
     return Dataset.from_list(
         [
             {

@@ -3,35 +3,13 @@ composed by grpoflow.backends.trl.commandline)."""
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
+
+from grpoflow.backends.common import train_main
 
 
 def main(argv: list[str] | None = None) -> int:
-    from grpoflow.workflow import guarded, setup_logging
-
-    parser = argparse.ArgumentParser(
-        prog="python -m grpoflow.backends.trl.train",
-        description="GRPO training with TRL (the trl backend of train_grpo).",
-    )
-    parser.add_argument(
-        "--spec", required=True, help="JSON training spec, as composed by grpoflow.backends.trl.commandline.command"
-    )
-    args = parser.parse_args(argv)
-    setup_logging()
-    try:
-        spec = json.loads(args.spec)
-    except ValueError as exc:
-        parser.error(f"--spec is not valid JSON: {exc}")
-
-    def train() -> None:
-        from grpoflow.backends.trl.runner import run_training
-
-        run_training(spec)
-
-    guarded(train, what=f"train_grpo ({spec.get('experiment')})")
-    return 0
+    return train_main("trl", argv)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 
 from grpoflow.backends import common
-from grpoflow.backends.common import read_rl_rows
 from grpoflow.backends.tunix import METRICS, REWARD_COMPONENT_PREFIX
 from grpoflow.backends.tunix.ckpt import ACTOR_SUBDIR, LIVE_METRICS, checkpoints, cut_off_saves, latest_complete
 from grpoflow.discovery import model_path as sft_model_path
@@ -79,24 +78,10 @@ def prepare_checkpoint_dir(spec: dict, model_path: str) -> int:
 
 
 def load_prompts(parquet: str, tokenizer, max_prompt_length: int, where: str) -> list[dict]:
-    """The train split's rows as ``{"prompt": chat-templated text, "ground_truth": str}``; prompts longer than
-    ``max_prompt_length`` tokens are dropped (as the TRL backend does), not cut."""
-    rows = read_rl_rows(parquet, f"the training data ({where}.data)")
-    texts = [tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True) for r in rows]
-    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
-    kept = [(t, r) for t, r, n in zip(texts, rows, lengths) if n <= max_prompt_length]
-    if not kept:
-        raise DataError(
-            f"every prompt of {parquet} is longer than {where}.grpo.max_prompt_length = {max_prompt_length} tokens (shortest: {min(lengths, default=0)}): raise max_prompt_length"
-        )
-    if len(kept) < len(rows):
-        log.warning(
-            "dropped %d of %d prompts longer than grpo.max_prompt_length = %d tokens",
-            len(rows) - len(kept),
-            len(rows),
-            max_prompt_length,
-        )
-    return [{"prompt": t, "ground_truth": str(r["reward_model"]["ground_truth"])} for t, r in kept]
+    """The train split's rows as ``{"prompt": chat-templated text, "ground_truth": str}`` (prompts longer than
+    ``max_prompt_length`` tokens dropped, as with TRL: grpoflow.backends.common.prompts_within)."""
+    kept = common.prompts_within(parquet, tokenizer, max_prompt_length, where)
+    return [{"prompt": text, "ground_truth": str(row["reward_model"]["ground_truth"])} for text, row in kept]
 
 
 class PromptBatches:
