@@ -175,3 +175,48 @@ def test_merge_exports_the_trained_weights_as_a_transformers_model(short_run, ti
     merged = torch_logits(out, IDS)
     assert np.abs(trained - merged).max() < 1e-4
     assert np.abs(merged - torch_logits(tiny_model, IDS)).max() > 1e-3  # training changed the model
+
+
+def test_lora_trains_adapters_only_and_the_merge_folds_them_in(make_spec, tiny_model, tmp_path):
+    """grpo.lora through qwix: the checkpoints hold the adapters only (Tunix saves LoRA params alone), the start
+    model is the frozen reference (kl_coef > 0), and the merged HF model gives the LoRA model's logits."""
+    lora = {"rank": 4, "alpha": 8.0, "dropout": 0.0, "target_modules": "all-linear"}
+    spec = make_spec(tmp_path, total_steps=4, save_freq=4, kl_coef=0.05, lora=lora, learning_rate=1.0e-2)
+    log = train(spec).stderr
+    assert "training of tiny-tunix complete" in log
+    params = Path(spec["checkpoint_dir"]) / "actor" / "4" / "model_params"
+    names = json.loads((params / "_METADATA").read_text())["tree_metadata"] if (params / "_METADATA").is_file() else {}
+    assert names and all("lora" in key for key in names), list(names)[:5]
+    out = tmp_path / "model"
+    job = {"backend": "tunix", "checkpoint_dir": spec["checkpoint_dir"], "step": "last", "sft_json": spec["sft"],
+           "marker": spec["marker"], "out_dir": str(out)}  # fmt: skip
+    run_tunix(["-m", "grpoflow.workflow", "merge_checkpoint", "--kwargs", json.dumps(job)])
+    assert json.loads((out / "grpoflow_merge.json").read_text())["lora"]["rank"] == 4
+    merged, start = torch_logits(out, IDS), torch_logits(tiny_model, IDS)
+    assert np.abs(merged - start).max() > 1e-4  # the adapters moved the model
+    lora_logits = run_lora_logits(tiny_model, spec, lora, tmp_path)
+    assert np.abs(lora_logits - merged).max() < 1e-4
+
+
+LORA_LOGITS = """
+import json, sys, pathlib
+import jax, jax.numpy as jnp, numpy as np
+from tunix.sft.checkpoint_manager import CheckpointManager
+from grpoflow.backends.tunix import qwen3
+model_dir, step_dir, lora, ids, out = sys.argv[1], pathlib.Path(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4]), sys.argv[5]
+mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+model = qwen3.with_lora(qwen3.load(model_dir, mesh), lora)
+manager = CheckpointManager(str(step_dir.parent.absolute()))
+manager.maybe_restore(model, step=int(step_dir.name), restore_only_lora_params=True)
+manager.close()
+n = len(ids)
+logits, _ = model(jnp.array([ids]), jnp.arange(n)[None], None, jnp.tril(jnp.ones((1, n, n), dtype=bool)))
+np.save(out, np.asarray(logits[0]))
+"""
+
+
+def run_lora_logits(model_dir, spec, lora, tmp_path):
+    out = tmp_path / "lora-logits.npy"
+    step_dir = Path(spec["checkpoint_dir"]) / "actor" / "4"
+    run_tunix(["-c", LORA_LOGITS, str(model_dir), str(step_dir), json.dumps(lora), json.dumps(IDS), str(out)])
+    return np.load(out)

@@ -45,6 +45,10 @@ SETTINGS: dict[str, str] = {
     "grpo.save_freq": "CheckpointManagerOptions.save_interval_steps",
     "grpo.max_checkpoints_to_keep": "CheckpointManagerOptions.max_to_keep",
     "grpo.report_to": "metrax.TensorboardBackend, metrax.WandbBackend",
+    "grpo.lora.rank": "qwix.LoraProvider.rank",
+    "grpo.lora.alpha": "qwix.LoraProvider.alpha",
+    "grpo.lora.dropout": "qwix.LoraProvider.dropout",
+    "grpo.lora.target_modules": "qwix.LoraProvider.module_path",
 }
 
 # Tunix's logged scalar (``<prefix>/train/<name>``) -> train_metrics.jsonl key. ``grpoflow/...`` are the metrics

@@ -56,7 +56,3 @@ def check_tunix_experiment(name: str, exp: dict, cfg=None) -> None:
             raise ConfigError(
                 f"{where}.tunix.param_dtype = bfloat16 with grpo.learning_rate = {lr:g}: AdamW steps of about {lr:g} are below half bf16's spacing at a typical weight (|w| {TYPICAL_WEIGHT}: {bf16_half_spacing(TYPICAL_WEIGHT):.1e}) and round to zero, so the run would not learn; use tunix.param_dtype: float32 (with compute_dtype: bfloat16), or set checks.allow_bf16_master_weights: true"
             )
-    if (grpo.get("lora") or {}).get("rank", 0) > 0:
-        raise ConfigError(
-            f"{where}.grpo.lora: LoRA is not wired into the tunix backend yet (full fine-tuning only): remove grpo.lora or use backend trl"
-        )

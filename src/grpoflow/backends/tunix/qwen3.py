@@ -122,19 +122,52 @@ def load(model_dir: str | Path, mesh, param_dtype: str = "float32", compute_dtyp
     )
 
 
-def _flat_params(model) -> dict[str, object]:
-    """``{"layers.0.attn.q_proj.w": array, ...}``: the module's parameters by Tunix path."""
+# grpo.lora.target_modules "all-linear": every projection of Tunix's Qwen3 (attention and MLP).
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def lora_provider(lora: dict):
+    """qwix's LoRA for ``grpo.lora`` (rank, alpha, dropout, target_modules: "all-linear" or module names)."""
+    import re as _re
+
+    import qwix
+
+    targets = lora.get("target_modules", "all-linear")
+    names = ALL_LINEAR if targets == "all-linear" else [targets] if isinstance(targets, str) else list(targets)
+    pattern = ".*(" + "|".join(_re.escape(n) for n in names) + ")"
+    return qwix.LoraProvider(module_path=pattern, rank=lora["rank"], alpha=float(lora["alpha"]), dropout=lora["dropout"])
+
+
+def with_lora(model, lora: dict):
+    """``model`` with qwix LoRA adapters on the ``grpo.lora`` target modules (its own weights stay frozen)."""
+    import qwix
+
+    return qwix.apply_lora_to_model(model, lora_provider(lora), **model.get_model_input())
+
+
+def _flat_params(model, lora_scale: float | None = None) -> dict[str, object]:
+    """``{"layers.0.attn.q_proj.w": array, ...}``: the module's parameters by Tunix path. qwix LoRA pairs
+    (``<param>_lora_a`` ``(..., r)``, ``<param>_lora_b`` ``(r, ...)``) are merged into their parameter:
+    W + (a · b) × alpha / rank."""
+    import numpy as np
     from flax import nnx
 
     flat = {}
     for path, value in nnx.to_flat_state(nnx.state(model, nnx.Param)):
-        flat[".".join(str(p) for p in path)] = getattr(value, "value", value)
+        flat[".".join(str(p) for p in path)] = np.asarray(getattr(value, "value", value), dtype=np.float32)
+    for key in [k for k in flat if k.endswith("_lora_a")]:
+        target = key[: -len("_lora_a")]
+        a, b = flat.pop(key), flat.pop(target + "_lora_b")
+        if lora_scale is None:
+            raise DataError(f"the model holds LoRA adapters ({key}) but no LoRA scale was given to merge them")
+        flat[target] = flat[target] + np.tensordot(a, b, axes=1).reshape(flat[target].shape) * lora_scale
     return flat
 
 
-def export(model, start_dir: str | Path, out_dir: str | Path) -> dict:
+def export(model, start_dir: str | Path, out_dir: str | Path, lora: dict | None = None) -> dict:
     """Write ``model``'s weights as an HF checkpoint shaped like ``start_dir`` (same tensor names, shapes, dtype),
-    with the start's config, generation config and tokenizer files."""
+    with the start's config, generation config and tokenizer files; ``lora`` (``grpo.lora``): its adapters are
+    merged in first."""
     import numpy as np
     from safetensors import safe_open
     from safetensors.numpy import save_file
@@ -146,7 +179,7 @@ def export(model, start_dir: str | Path, out_dir: str | Path) -> dict:
         (re.compile(f"^{pattern}$"), target, transform)
         for pattern, (target, transform) in qwen3_params._get_key_and_transform_mapping(model_config(cfg)).items()
     ]
-    params = _flat_params(model)
+    params = _flat_params(model, lora["alpha"] / lora["rank"] if lora else None)
     dtypes = _numpy_dtypes()
     used: set[str] = set()
     shards = sorted(start.glob("*.safetensors"))

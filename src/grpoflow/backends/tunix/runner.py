@@ -278,11 +278,20 @@ def train(spec: dict, model_path: str, resumed_from: int) -> int:
     rows = load_prompts(spec["train"], tokenizer, grpo["max_prompt_length"], where)
     mesh = _mesh(tunix)
     started = time.monotonic()
-    actor = qwen3.load(model_path, mesh, tunix["param_dtype"], tunix["compute_dtype"])
-    # The reference is never trained: its weights in the compute dtype (bf16 on TPU) halve its memory.
-    reference = (
-        qwen3.load(model_path, mesh, tunix["compute_dtype"], tunix["compute_dtype"]) if grpo["kl_coef"] > 0 else None
-    )
+    lora = grpo["lora"] if (grpo.get("lora") or {}).get("rank", 0) > 0 else None
+    if lora:
+        # LoRA: the start model is frozen and is the reference too (Tunix shares the backbone between them).
+        base = qwen3.load(model_path, mesh, tunix["param_dtype"], tunix["compute_dtype"])
+        actor = qwen3.with_lora(base, lora)
+        reference = base if grpo["kl_coef"] > 0 else None
+    else:
+        actor = qwen3.load(model_path, mesh, tunix["param_dtype"], tunix["compute_dtype"])
+        # The reference is never trained: its weights in the compute dtype (bf16 on TPU) halve its memory.
+        reference = (
+            qwen3.load(model_path, mesh, tunix["compute_dtype"], tunix["compute_dtype"])
+            if grpo["kl_coef"] > 0
+            else None
+        )
     log.info(
         "loaded %s%s in %.1f s",
         model_path,
