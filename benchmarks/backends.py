@@ -43,7 +43,7 @@ def overlay(steps: int) -> dict:
 def snakemake(workdir: Path, configs: list[str], targets: list[str], extra: list[str] = ()) -> float:
     cmd = [
         str(Path(sys.executable).parent / "snakemake"),
-        "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--cores", "all", "--quiet", "rules",
+        "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--cores", "all", "--quiet=rules",
         *targets, "--configfile", *configs, *extra,
     ]  # fmt: skip
     started = time.monotonic()
