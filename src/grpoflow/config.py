@@ -452,8 +452,10 @@ def _check_no_credentials(where: str, exp: dict) -> None:
 
 
 def saved_steps(total: int, save_freq: int, keep: int | None) -> list[int]:
-    """The checkpoint steps left on disk after a full run, for both backends: every save_freq-th step plus the
-    last one (verl and HF Trainer always save the final step), of which the newest ``keep`` survive rotation."""
+    """The checkpoint steps left on disk after a full run, for every backend: every save_freq-th step plus the
+    last one (verl, HF Trainer and Tunix always save the final step), of which the newest ``keep`` survive rotation.
+    (Tunix's Orbax manager also saves the first step an attempt trains; rotation removes it unless ``keep`` is
+    unset, and merge_step does not offer it.)"""
     steps = sorted({s for s in range(save_freq, total + 1, save_freq)} | {total})
     return steps[-keep:] if keep else steps
 
