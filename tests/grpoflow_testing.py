@@ -34,6 +34,23 @@ PYTHON = sys.executable
 BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")
 SHIPPED_CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "config").glob("*.yaml"))
+# Shipped overlays and the config each goes on (`--configfile config/config.yaml config/demo-tunix.yaml`).
+OVERLAYS = {"config/demo-tunix.yaml": "config/config.yaml"}
+
+
+def config_files(path: str) -> list[str]:
+    """The --configfile arguments that run a shipped config: the config itself, or an overlay on its base."""
+    return [str(REPO / OVERLAYS[path]), str(REPO / path)] if path in OVERLAYS else [str(REPO / path)]
+
+
+def load_shipped(path: str) -> dict:
+    """A shipped config as Snakemake loads it (an overlay deep-merged onto its base)."""
+    from grpoflow.config import deep_merge
+
+    merged: dict = {}
+    for file in config_files(path):
+        merged = deep_merge(merged, load_yaml(file))
+    return merged
 
 
 def load_yaml(path) -> dict:

@@ -7,7 +7,7 @@ import re
 import subprocess
 
 import pytest
-from grpoflow_testing import REPO, SHIPPED_CONFIGS, ensure_debian_tool, snakemake
+from grpoflow_testing import REPO, SHIPPED_CONFIGS, config_files, ensure_debian_tool, snakemake
 
 RULES = [
     "download_data",
@@ -32,7 +32,7 @@ def job_counts(stdout: str) -> dict[str, int]:
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 @pytest.mark.parametrize("config", SHIPPED_CONFIGS)
 def test_dry_run(workdir, profile, config):
-    proc = snakemake(["-n", "--profile", PROFILES[profile], "--configfile", config], workdir)
+    proc = snakemake(["-n", "--profile", PROFILES[profile], "--configfile", *config_files(config)], workdir)
     counts = job_counts(proc.stdout)
     for rule in (
         "train_grpo",
