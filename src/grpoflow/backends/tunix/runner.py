@@ -7,7 +7,8 @@ What it does, in order (``run_training``):
    removes Orbax saves that were cut off (``<step>.orbax-checkpoint-tmp*``) and the metrics of steps that will be
    trained again;
 2. loads the start model (an HF Qwen3 dir: grpoflow.backends.tunix.qwen3) as the actor, and a second copy as the
-   frozen reference when ``grpo.kl_coef > 0``;
+   frozen reference when ``grpo.kl_coef > 0``; with ``grpo.lora``, qwix adapters on the start model are the actor
+   and the start model itself is the reference;
 3. builds Tunix's ``RLCluster`` (one mesh for actor, reference and rollout; vanilla or vLLM rollout) and
    ``GRPOLearner`` with the one reward function of grpoflow's registry (grpoflow.rewards.tunix);
 4. trains to ``grpo.total_steps``. Tunix's ``PeftTrainer`` restores the newest Orbax checkpoint under
@@ -18,7 +19,7 @@ What it does, in order (``run_training``):
 
 SIGTERM (SLURM's time limit, preemption, Ctrl-C of a supervisor) ends the run at the next step boundary: the data
 iterator stops, Tunix's learner leaves its loop and its trainer saves the last finished step (``PeftTrainer.close``
-→ ``_save_last_checkpoint``). A second SIGTERM more than REPEATED_SIGNAL_S later kills at once.
+→ ``_save_last_checkpoint``). A second SIGTERM more than common.REPEATED_SIGNAL_S later kills at once.
 """
 
 from __future__ import annotations
