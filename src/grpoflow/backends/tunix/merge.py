@@ -34,7 +34,9 @@ def merge(checkpoint_dir: str, step: int, base: str, out: Path) -> dict:
             f"{Path(checkpoint_dir) / ACTOR_SUBDIR / str(step)} is not a complete Tunix checkpoint (complete ones in {checkpoint_dir}: {sorted(found) or 'none'}): set merge_step to one of them"
         )
     lora = _lora_of(checkpoint_dir)
-    mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2, devices=jax.devices()[:1])
+    mesh = jax.make_mesh(
+        (1, 1), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2, devices=jax.devices()[:1]
+    )
     model = qwen3.load(base, mesh)
     if lora:
         model = qwen3.with_lora(model, lora)  # Tunix saved the adapters only: restore them onto the start model

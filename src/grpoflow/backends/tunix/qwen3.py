@@ -135,7 +135,9 @@ def lora_provider(lora: dict):
     targets = lora.get("target_modules", "all-linear")
     names = ALL_LINEAR if targets == "all-linear" else [targets] if isinstance(targets, str) else list(targets)
     pattern = ".*(" + "|".join(_re.escape(n) for n in names) + ")"
-    return qwix.LoraProvider(module_path=pattern, rank=lora["rank"], alpha=float(lora["alpha"]), dropout=lora["dropout"])
+    return qwix.LoraProvider(
+        module_path=pattern, rank=lora["rank"], alpha=float(lora["alpha"]), dropout=lora["dropout"]
+    )
 
 
 def with_lora(model, lora: dict):
