@@ -229,6 +229,17 @@ def append_live_metrics(path: str | os.PathLike, row: dict) -> None:
         fh.write(json.dumps(row) + "\n")
 
 
+# grpo settings that do not change what the steps already trained did: a rerun may change them and still resume
+# (total_steps only while the learning-rate schedule does not depend on it: training_identity). Each backend adds
+# its own (TRL: trl.logging_steps).
+RESUMABLE_GRPO = {
+    ("grpo", "total_steps"),
+    ("grpo", "save_freq"),
+    ("grpo", "max_checkpoints_to_keep"),
+    ("grpo", "report_to"),
+}
+
+
 def training_identity(spec: dict, section: str, resumable: set[tuple[str, str]], model_path: str) -> dict:
     """What a checkpoint dir is trained from (grpoflow.checkpoint_record): the spec's grpo, rewards and backend
     ``section`` minus the ``resumable`` settings (which do not change what the steps already trained did), the

@@ -35,15 +35,8 @@ from grpoflow.rewards.trl import ZNORM_FUNC, build_reward_funcs
 
 log = logging.getLogger(__name__)
 
-# Settings that do not change what the steps already trained did: a rerun may change them and still resume
-# (total_steps only while the learning-rate schedule does not depend on it: training_settings).
-RESUMABLE_CHANGES = {
-    ("grpo", "total_steps"),
-    ("grpo", "save_freq"),
-    ("grpo", "max_checkpoints_to_keep"),
-    ("grpo", "report_to"),
-    ("trl", "logging_steps"),
-}
+# Settings a rerun may change and still resume (common.RESUMABLE_GRPO, plus TRL's logging interval).
+RESUMABLE_CHANGES = common.RESUMABLE_GRPO | {("trl", "logging_steps")}
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -39,13 +39,8 @@ from grpoflow.progress import StepProgress
 
 log = logging.getLogger(__name__)
 
-# Settings that do not change what the steps already trained did (see the TRL backend's list).
-RESUMABLE_CHANGES = {
-    ("grpo", "total_steps"),
-    ("grpo", "save_freq"),
-    ("grpo", "max_checkpoints_to_keep"),
-    ("grpo", "report_to"),
-}
+# Settings a rerun may change and still resume.
+RESUMABLE_CHANGES = common.RESUMABLE_GRPO
 
 
 # --------------------------------------------------------------------------------------------------------------
