@@ -53,6 +53,37 @@ def load_shipped(path: str) -> dict:
     return merged
 
 
+# ---- the backends' SETTINGS tests: change one grpo key at a time --------------------------------------------------
+
+
+def grpo_leaves(grpo: dict, prefix: str = "grpo.") -> dict:
+    """``{"grpo.lora.rank": 16, ...}``: every leaf setting of a resolved ``grpo`` section by its dotted key."""
+    out = {}
+    for k, v in grpo.items():
+        if isinstance(v, dict):
+            out.update(grpo_leaves(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def vary_setting(key: str, value):
+    """A distinctive other value of the same kind for the setting ``key`` (valid for the schema)."""
+    if key == "grpo.report_to":
+        return ["tensorboard"]
+    if value is None:
+        return 0.3
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value * 2 if value > 0 else 5
+    if isinstance(value, float):
+        return value / 2 + 0.05
+    if isinstance(value, list):
+        return ["k_proj"]
+    return {"constant": "cosine"}.get(value, "k_proj" if value == "all-linear" else value + "x")
+
+
 def load_yaml(path) -> dict:
     with open(path, encoding="utf-8") as fh:
         return yaml.safe_load(fh)

@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import re
+import shlex
 import signal
 import time
 from pathlib import Path
@@ -161,6 +162,36 @@ def read_rl_rows(parquet: str, what: str) -> list[dict]:
             f"{what} ({parquet}): no {', '.join(missing)} column: not a verl RL Parquet; write it with the convert_to_parquet rule"
         )
     return rows
+
+
+# ---- a backend's command: python -m grpoflow.backends.<name>.train --spec JSON -----------------------------------
+
+
+def training_spec(cfg, experiment: str, inputs: dict, outputs: dict, **extra: Any) -> dict:
+    """The spec a runner trains from (TRL, Tunix): everything that determines the trained weights and nothing else
+    (no evaluation, upload or resource settings), so changing any of it, and only it, reruns training. It holds the
+    experiment's ``grpo``, ``rewards`` and its backend's own section; ``extra``: the backend's further keys.
+    ``inputs["val"]`` is not used: the runners validate nothing during training; ``evaluate`` does."""
+    exp = cfg.experiment(experiment)
+    backend = exp["backend"]
+    return {
+        "experiment": experiment,
+        "sft": inputs["sft"],  # sft.json: its "path" is the model GRPO starts from (read when training starts)
+        "train": inputs["train"],
+        "grpo": exp["grpo"],
+        "rewards": exp["rewards"],
+        backend: exp[backend],
+        "checkpoint_dir": cfg.checkpoint_dir(experiment),
+        "resume_across_changes": exp["resume_across_changes"],
+        "marker": outputs["marker"],
+        "metrics": outputs["metrics"],
+        **extra,
+    }
+
+
+def spec_command(backend: str, spec: dict) -> str:
+    """``python -m grpoflow.backends.<backend>.train --spec '<spec as sorted JSON>'`` (what `snakemake -n -p` shows)."""
+    return f"python -m grpoflow.backends.{backend}.train --spec {shlex.quote(json.dumps(spec, sort_keys=True))}"
 
 
 # ---- a backend's entry point: python -m grpoflow.backends.<name>.train --spec JSON ----------------------------------

@@ -7,6 +7,7 @@ import copy
 import re
 
 import pytest
+from grpoflow_testing import grpo_leaves, vary_setting
 from trainkit import resolved
 
 from grpoflow.backends.trl import SETTINGS
@@ -14,29 +15,6 @@ from grpoflow.backends.trl.commandline import training_spec
 from grpoflow.backends.trl.runner import grpo_config_kwargs, peft_config
 
 NAME = re.compile(r"^(GRPOConfig|LoraConfig)\.(\w+)$")
-
-
-def vary(value):
-    """A distinctive other value of the same kind."""
-    if isinstance(value, bool) or value is None:
-        return 0.3 if value is None else not value
-    if isinstance(value, int):
-        return value * 2 if value > 0 else 5
-    if isinstance(value, float):
-        return value / 2 + 0.05
-    if isinstance(value, list):
-        return ["k_proj"]
-    return {"constant": "cosine"}.get(value, "k_proj" if value == "all-linear" else value + "x")
-
-
-def leaves(grpo: dict, prefix="grpo.") -> dict:
-    out = {}
-    for k, v in grpo.items():
-        if isinstance(v, dict):
-            out.update(leaves(v, f"{prefix}{k}."))
-        else:
-            out[prefix + k] = v
-    return out
 
 
 def settings(spec: dict) -> dict:
@@ -60,13 +38,13 @@ def base_spec(default_config):
 
 def test_every_grpo_key_arrives_at_the_named_settings_and_nowhere_else(base_spec):
     before = settings(base_spec)
-    for key, value in leaves(base_spec["grpo"]).items():
+    for key, value in grpo_leaves(base_spec["grpo"]).items():
         spec = copy.deepcopy(base_spec)
         section = spec["grpo"]
         *path, last = key.split(".")[1:]
         for p in path:
             section = section[p]
-        section[last] = ["tensorboard"] if key == "grpo.report_to" else vary(value)
+        section[last] = vary_setting(key, value)
         after = settings(spec)
         changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
         named = {n for n in SETTINGS.get(key, "").split(", ") if NAME.match(n)}
@@ -76,4 +54,4 @@ def test_every_grpo_key_arrives_at_the_named_settings_and_nowhere_else(base_spec
             continue
         assert changed, f"{key} changes nothing in TRL's settings but trl SETTINGS names {SETTINGS.get(key)}"
         assert named <= before.keys(), f"trl SETTINGS[{key}] names settings the runner never sets"
-    assert set(SETTINGS) == set(leaves(base_spec["grpo"])), "every grpo key TRL reads is in its SETTINGS"
+    assert set(SETTINGS) == set(grpo_leaves(base_spec["grpo"])), "every grpo key TRL reads is in its SETTINGS"

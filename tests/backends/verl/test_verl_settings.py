@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 
+from grpoflow_testing import grpo_leaves, vary_setting
 from verlkit import load
 
 from grpoflow.backends.verl import SETTINGS
@@ -14,32 +15,6 @@ from grpoflow.backends.verl.validate import training_inputs
 from grpoflow.config import deep_merge, resolve_config
 
 NAME = "qwen3-8b-gsm8k"
-
-
-def vary(key, value):
-    if key == "grpo.report_to":
-        return ["tensorboard"]
-    if value is None:
-        return 0.3
-    if isinstance(value, bool):
-        return not value
-    if isinstance(value, int):
-        return value * 2 if value > 0 else 5
-    if isinstance(value, float):
-        return value / 2 + 0.05
-    if isinstance(value, list):
-        return ["k_proj"]
-    return {"constant": "cosine"}.get(value, "k_proj" if value == "all-linear" else value + "x")
-
-
-def leaves(grpo: dict, prefix="grpo.") -> dict:
-    out = {}
-    for k, v in grpo.items():
-        if isinstance(v, dict):
-            out.update(leaves(v, f"{prefix}{k}."))
-        else:
-            out[prefix + k] = v
-    return out
 
 
 def test_every_grpo_key_sets_the_named_overrides_and_nothing_else():
@@ -56,13 +31,13 @@ def test_every_grpo_key_sets_the_named_overrides_and_nothing_else():
         return {o.key: o.text for o in items}, items
 
     before, items = built(exp)
-    for key, value in leaves(exp["grpo"]).items():
+    for key, value in grpo_leaves(exp["grpo"]).items():
         e = copy.deepcopy(exp)
         section = e["grpo"]
         *path, last = key.split(".")[1:]
         for p in path:
             section = section[p]
-        section[last] = vary(key, value)
+        section[last] = vary_setting(key, value)
         after, _ = built(e)
         changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
         sources = {o.key for o in items if o.source == key}

@@ -12,33 +12,19 @@ because the Snakefile imports it on every dry-run.
 
 from __future__ import annotations
 
-import json
-import shlex
-
+from grpoflow.backends import common
 from grpoflow.config import WorkflowConfig, register_backend_check
 from grpoflow.errors import ConfigError
 
 
 def training_spec(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> dict:
-    exp = cfg.experiment(experiment)
-    return {
-        "experiment": experiment,
-        "sft": inputs["sft"],  # sft.json: its "path" is the model GRPO starts from (read when training starts)
-        "trust_remote_code": exp["sft"]["trust_remote_code"],
-        "train": inputs["train"],  # inputs["val"] is not used: TRL validates nothing during training; `evaluate` does
-        "grpo": exp["grpo"],
-        "rewards": exp["rewards"],
-        "trl": exp["trl"],
-        "checkpoint_dir": cfg.checkpoint_dir(experiment),
-        "resume_across_changes": exp["resume_across_changes"],
-        "marker": outputs["marker"],
-        "metrics": outputs["metrics"],
-    }
+    return common.training_spec(
+        cfg, experiment, inputs, outputs, trust_remote_code=cfg.experiment(experiment)["sft"]["trust_remote_code"]
+    )
 
 
 def command(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> str:
-    spec = training_spec(cfg, experiment, inputs, outputs)
-    return f"python -m grpoflow.backends.trl.train --spec {shlex.quote(json.dumps(spec, sort_keys=True))}"
+    return common.spec_command("trl", training_spec(cfg, experiment, inputs, outputs))
 
 
 @register_backend_check("trl")

@@ -11,32 +11,17 @@ free of JAX/Tunix imports because the Snakefile imports it on every dry-run.
 
 from __future__ import annotations
 
-import json
-import shlex
-
+from grpoflow.backends import common
 from grpoflow.config import WorkflowConfig, register_backend_check
 from grpoflow.errors import ConfigError
 
 
 def training_spec(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> dict:
-    exp = cfg.experiment(experiment)
-    return {
-        "experiment": experiment,
-        "sft": inputs["sft"],
-        "train": inputs["train"],
-        "grpo": exp["grpo"],
-        "rewards": exp["rewards"],
-        "tunix": exp["tunix"],
-        "checkpoint_dir": cfg.checkpoint_dir(experiment),
-        "resume_across_changes": exp["resume_across_changes"],
-        "marker": outputs["marker"],
-        "metrics": outputs["metrics"],
-    }
+    return common.training_spec(cfg, experiment, inputs, outputs)
 
 
 def command(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> str:
-    spec = training_spec(cfg, experiment, inputs, outputs)
-    return f"python -m grpoflow.backends.tunix.train --spec {shlex.quote(json.dumps(spec, sort_keys=True))}"
+    return common.spec_command("tunix", training_spec(cfg, experiment, inputs, outputs))
 
 
 @register_backend_check("tunix")
