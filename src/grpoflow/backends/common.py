@@ -11,6 +11,8 @@ reading the RL Parquet. Light (no trainer imports).
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import logging
 import math
@@ -18,6 +20,7 @@ import os
 import re
 import shlex
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -201,10 +204,6 @@ def train_main(backend: str, argv: list[str] | None, env_check: str | None = Non
     """Parse ``--spec``, log the interpreter, run the environment check ``env_check`` (grpoflow.envcheck; seconds,
     before any trainer import), then ``grpoflow.backends.<backend>.runner.run_training(spec)``; any failure is one
     ``grpoflow: error:`` line (grpoflow.workflow.guarded)."""
-    import argparse
-    import importlib
-    import sys
-
     from grpoflow import envcheck
     from grpoflow.workflow import guarded, setup_logging
 

@@ -29,6 +29,8 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
+
 from grpoflow.backends import common
 from grpoflow.backends.tunix import METRICS, REWARD_COMPONENT_PREFIX
 from grpoflow.backends.tunix.ckpt import ACTOR_SUBDIR, LIVE_METRICS, checkpoints, cut_off_saves, latest_complete
@@ -92,8 +94,6 @@ class PromptBatches:
     """
 
     def __init__(self, rows: list[dict], prompts_per_step: int, seed: int, rollout_config=None):
-        import numpy as np
-
         if len(rows) < prompts_per_step:
             raise DataError(
                 f"the training data has {len(rows)} usable prompts, fewer than grpo.prompts_per_step = {prompts_per_step}"
@@ -101,13 +101,11 @@ class PromptBatches:
         self.rows, self.size, self.seed = rows, prompts_per_step, seed
         self.rollout_config = rollout_config
         self.stopped = False
-        self._np = np
 
     def stop(self) -> None:
         self.stopped = True
 
     def __iter__(self):
-        np = self._np
         rng = np.random.default_rng(self.seed)
         index = 0
         while True:
