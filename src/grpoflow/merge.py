@@ -50,9 +50,10 @@ def merge_checkpoint(
         if backend not in BACKENDS:
             raise GrpoflowError(f"merge_checkpoint: unknown backend {backend!r}")
         # Each backend's own merge (grpoflow.backends.<name>.merge), imported only here: its trainer's libraries.
-        info = importlib.import_module(f"grpoflow.backends.{backend}.merge").merge(checkpoint_dir, step, base, tmp)
-        # The Tunix environment has no torch: its export is checked tensor by tensor against the start's files.
-        info["checks"] = check_merged(tmp, base, load_with="safetensors" if backend == "tunix" else "transformers")
+        # CHECK_WITH: how the backend's environment can check the result (the Tunix one has no torch).
+        backend_merge = importlib.import_module(f"grpoflow.backends.{backend}.merge")
+        info = backend_merge.merge(checkpoint_dir, step, base, tmp)
+        info["checks"] = check_merged(tmp, base, load_with=getattr(backend_merge, "CHECK_WITH", "transformers"))
         info.update(
             {"backend": backend, "step": step, "base_model": base, "seconds": round(time.monotonic() - started, 1)}
         )
