@@ -570,6 +570,35 @@ def _check_evaluation(cfg: WorkflowConfig) -> None:
         )
 
 
+def expand_seeds(name: str, exp: dict, named: dict) -> list[tuple[str, dict]]:
+    """An experiment (``defaults`` merged in) as the runs it stands for: itself, or with ``seeds: [k, ...]`` one
+    run per seed named ``<name>-seed<k>`` with ``grpo.seed: k``, sharing one SFT start name (``<name>-sft``
+    unless ``sft.name`` is set). What would otherwise collide between the runs gets the seed too: an explicit
+    ``checkpoint_dir`` (``<dir>/seed<k>``) and ``upload.repo_id`` (``<repo_id>-seed<k>``)."""
+    exp = copy.deepcopy(exp)
+    seeds = exp.pop("seeds", None)
+    if seeds is None:
+        return [(name, exp)]
+    if not isinstance(seeds, list):
+        return [(name, {**exp, "seeds": seeds})]  # the schema check names the bad value
+    runs = []
+    for k in seeds:
+        run_name = f"{name}-seed{k}"
+        if run_name in named:
+            raise ConfigError(
+                f"config error: experiments.{name}.seeds expands to {run_name!r}, which is also an experiment's name: rename one"
+            )
+        run = copy.deepcopy(exp)
+        run.setdefault("grpo", {})["seed"] = k
+        run.setdefault("sft", {}).setdefault("name", f"{name}-sft")
+        if run.get("checkpoint_dir"):
+            run["checkpoint_dir"] = f"{run['checkpoint_dir'].rstrip('/')}/seed{k}"
+        if (run.get("upload") or {}).get("repo_id"):
+            run["upload"]["repo_id"] = f"{run['upload']['repo_id']}-seed{k}"
+        runs.append((run_name, run))
+    return runs
+
+
 def resolve_config(raw: dict) -> WorkflowConfig:
     """Validate ``raw`` (as Snakemake loaded it) and return the resolved configuration. Raises ConfigError."""
     if not isinstance(raw, dict) or not raw:
@@ -585,8 +614,13 @@ def resolve_config(raw: dict) -> WorkflowConfig:
     # 2. Experiments = defaults ⊕ experiment, then defaults filled and re-checked as a whole.
     defaults = raw.get("defaults") or {}
     experiments = {}
-    for name, exp in (raw.get("experiments") or {}).items():
-        merged = deep_merge(defaults, exp or {})
+    named = dict(raw.get("experiments") or {})
+    runs = [run for name, exp in named.items() for run in expand_seeds(name, deep_merge(defaults, exp or {}), named)]
+    for name, merged in runs:
+        if name in experiments:
+            raise ConfigError(
+                f"config error: experiments: two seed expansions are both named {name!r}: rename one of the experiments"
+            )
         _check(merged, {"$ref": "#/$defs/experiment"}, fill_defaults=True, where=f"experiments.{name}")
         # Keep only the chosen backend's section: the others' defaults must not change training params.
         for other in BACKENDS:
