@@ -1065,6 +1065,12 @@ def _accuracy_vs_tokens(plt, plots_dir: Path, rows: list[dict], benchmarks: list
                     xytext=point[r["baseline"]],
                     arrowprops={"arrowstyle": "->", "color": "0.4", "lw": 1.0},
                 )
+        # At least ±10 % of the length and ±5 points around the points: a 0.04-token difference is no trend.
+        xs, ys = [p[0] for p in point.values()], [p[1] for p in point.values()]
+        xc, yc = (min(xs) + max(xs)) / 2, (min(ys) + max(ys)) / 2
+        xh, yh = max(0.6 * (max(xs) - min(xs)), 0.1 * xc, 1.0), max(0.6 * (max(ys) - min(ys)), 5.0)
+        ax.set_xlim(max(0.0, xc - xh), xc + xh)
+        ax.set_ylim(max(-1.0, yc - yh), min(101.0, yc + yh) if yc + yh > 5 else yc + yh)
         ax.set(title=b, xlabel="mean response tokens", ylabel="accuracy (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
