@@ -332,15 +332,16 @@ class WorkflowConfig:
 
 
 def dataset_splits(ds: dict) -> list[str]:
-    """The splits a dataset provides after carving: train always, val/test when sourced or carved."""
-    have = {"train"}
+    """The splits a dataset provides after carving: those its source has (a benchmark may have only test), and
+    val/test carved from train."""
     src = ds["source"]
-    if src == "hub" and not ds["hub"].get("filename"):
-        have |= set(ds["hub"]["splits"])
+    if src == "hub":
+        hub = ds["hub"]
+        have = set(hub.get("files") or ({"train": 1} if hub.get("filename") else hub["splits"]))
     elif src == "local":
-        have |= {s for s in SPLITS if s in ds["local"]}
-    elif src == "synthetic":
-        have.add("test")
+        have = {"train" if s == "path" else s for s in ds["local"]}
+    else:
+        have = {"train", "test"}
     if ds.get("validation"):
         have.add("val")
     if ds.get("test"):
@@ -355,6 +356,11 @@ def _check_dataset(name: str, ds: dict) -> None:
             f"config error: {where}.prompt.template = {ds['prompt']['template']!r} has no {{question}} placeholder: the problem text would be dropped"
         )
     native = set(dataset_splits({**ds, "validation": None, "test": None}))
+    for key in ("validation", "test"):
+        if ds.get(key) and "train" not in native:
+            raise ConfigError(
+                f"config error: {where}.{key} carves a split out of train, but the source has no train split (splits: {', '.join(sorted(native))}): remove {where}.{key}"
+            )
     for key, split in (("validation", "val"), ("test", "test")):
         if ds.get(key) and split in native:
             raise ConfigError(
@@ -627,8 +633,12 @@ def resolve_config(raw: dict) -> WorkflowConfig:
             if other != merged["backend"]:
                 merged.pop(other, None)
         experiments[name] = merged
+    from grpoflow.evaluation.registry import builtin_datasets, resolve_builtin_benchmarks
+
+    raw_datasets = {**(raw.get("datasets") or {})}
+    raw_datasets.update(builtin_datasets(raw.get("evaluation") or {}, raw_datasets))
     datasets = {}
-    for name, ds in (raw.get("datasets") or {}).items():
+    for name, ds in raw_datasets.items():
         ds = copy.deepcopy(ds)
         _check(ds, {"$ref": "#/$defs/dataset"}, fill_defaults=True, where=f"datasets.{name}")
         ds.setdefault("prompt", {"system": None, "template": "{question}"})
@@ -638,6 +648,7 @@ def resolve_config(raw: dict) -> WorkflowConfig:
         datasets[name] = ds
     evaluation = copy.deepcopy(raw.get("evaluation") or {})
     _check(evaluation, {"$ref": "#/$defs/evaluation"}, fill_defaults=True, where="evaluation")
+    evaluation = resolve_builtin_benchmarks(evaluation)
     report = copy.deepcopy(raw.get("report") or {})
     _check(report, {"$ref": "#/$defs/report"}, fill_defaults=True, where="report")
     demo = copy.deepcopy(raw.get("demo")) if raw.get("demo") is not None else None

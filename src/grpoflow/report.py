@@ -27,6 +27,7 @@ from pathlib import Path
 
 from grpoflow.errors import DataError
 from grpoflow.evaluation import compare
+from grpoflow.evaluation.run import TRUNCATION_WARNING
 from grpoflow.io import atomic_dir, atomic_path, atomic_write_text, read_json
 
 log = logging.getLogger(__name__)
@@ -49,9 +50,6 @@ TRAINING_PLOTS = (
     ("val_accuracy", "validation_accuracy", "validation accuracy"),
     ("response_length", "training_response_length", "mean response length (tokens)"),
 )
-# A benchmark whose completions hit max_new_tokens more often than this gets a warning: its accuracy then
-# measures the token limit as much as the model.
-TRUNCATION_WARNING = 0.05
 # Keys of a resolved experiment that do not change what is trained: runs equal in all else form a seed group.
 _NOT_TRAINING = ("description", "checkpoint_dir", "upload", "resume_across_changes")
 _SEED_SUFFIX = re.compile(r"-seed\d+$")
@@ -179,6 +177,8 @@ class BenchmarkAnalysis:
     tokens: dict[str, dict] = field(default_factory=dict)
     token_deltas: dict[str, dict] = field(default_factory=dict)
     rewards: dict[str, dict[str, float]] = field(default_factory=dict)  # model -> reward name -> mean
+    # column -> group value -> model -> (accuracy, problems): the benchmark's `breakdown` (MATH-500 subject/level)
+    breakdown: dict[str, dict[str, dict[str, tuple[float, int]]]] = field(default_factory=dict)
     indistinguishable: list[str] = field(default_factory=list)
     mde: float | None = None
     mde_second_moment: float | None = None
@@ -263,6 +263,23 @@ def analyse_benchmark(
             except DataError:
                 pass  # already noted by the accuracy comparison
     out.rewards = _training_rewards(present, bench, evals, cache, scoring, out.notes)
+    out.breakdown = _breakdown(present, bench, evals, cache, out.notes)
+    return out
+
+
+def _breakdown(rows, bench, evals, cache, notes) -> dict:
+    """Accuracy per value of each ``meta`` column the per-sample records carry (a benchmark's `breakdown`)."""
+    out: dict[str, dict[str, dict[str, tuple[float, int]]]] = {}
+    for r in rows:
+        o = _outcomes(evals, r["model"], bench, cache, notes)
+        if o is None or not o.records or not o.records[0][0].get("meta"):
+            continue
+        for key in o.records[0][0]["meta"]:
+            groups: dict[str, list[float]] = {}
+            for recs, acc in zip(o.records, o.per_problem):
+                groups.setdefault(str(recs[0].get("meta", {}).get(key)), []).append(float(acc))
+            for value, accs in groups.items():
+                out.setdefault(key, {}).setdefault(value, {})[r["model"]] = (statistics.fmean(accs), len(accs))
     return out
 
 
@@ -761,6 +778,26 @@ def _rewards_section(rows, analyses, scoring) -> list[str]:
     return out
 
 
+def _breakdown_section(rows, analyses) -> list[str]:
+    have = [(b, a) for b, a in analyses.items() if a.breakdown]
+    if not have:
+        return []
+    out = ["## Breakdowns", ""]
+    for b, a in have:
+        models = [r["model"] for r in rows if any(r["model"] in g for by in a.breakdown.values() for g in by.values())]
+        for key, groups in a.breakdown.items():
+            body = []
+            for value in sorted(
+                groups, key=lambda v: (not v.lstrip("-").isdigit(), int(v) if v.lstrip("-").isdigit() else 0, v)
+            ):
+                n = next(iter(groups[value].values()))[1]
+                body.append(
+                    [value, str(n)] + [_pct(groups[value][m][0]) if m in groups[value] else "–" for m in models]
+                )
+            out += [f"### `{b}` by {key}", "", _md_table([key, "problems"] + models, body), ""]
+    return out
+
+
 def _all_metrics(rows, evals, benchmarks) -> list[str]:
     out = ["## All metrics", ""]
     for b in benchmarks:
@@ -820,6 +857,7 @@ def render_markdown(
     out += _seed_section(rows, analyses, groups, evals, benchmarks)
     out += _token_section(rows, analyses, plots)
     out += _rewards_section(rows, analyses, scoring or {})
+    out += _breakdown_section(rows, analyses)
     out += _all_metrics(rows, evals, benchmarks)
     rest = [p for p in plots if p != "accuracy_vs_tokens"]
     if rest:

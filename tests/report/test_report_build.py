@@ -326,7 +326,7 @@ def test_sampled_metrics_get_columns(tmp_path, config):
     evals = [write_eval(tmp_path, "lr-low", "arith", [[True, False, False, True]] * 3, generation=gen)]
     _, md, table_, _, _ = report(tmp_path, config, evals, benchmarks=["arith"])
     assert (table_["lr-low"]["arith.pass@4"], table_["lr-low"]["arith.maj@4"]) == ("1.0", "1.0")
-    assert "| pass@1 | pass@2 | pass@4 | maj@4 |" in md.replace(" | problems", "")
+    assert "| pass@1 | pass@2 | pass@4 | avg@4 | maj@4 |" in md.replace(" | problems", "")
 
 
 def test_a_misplaced_evaluation_file_is_refused(tmp_path):
