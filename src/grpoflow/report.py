@@ -532,9 +532,11 @@ def _warnings(rows, analyses, evals, groups, experiments) -> list[str]:
 def _ranking(rows, benchmarks, primary, experiments) -> list[str]:
     varying, shared = _hyperparameter_columns(experiments)
     out = [f"## Ranking on `{primary}`", ""]
+    # Δ vs SFT columns only where some model has an SFT start (not in an evaluation-only config).
+    with_delta = any(r["baseline"] for r in rows)
     header = ["rank", "model", "kind"]
     for b in benchmarks:
-        header += [f"{b} acc", f"{b} Δ vs SFT"]
+        header += [f"{b} acc", f"{b} Δ vs SFT"] if with_delta else [f"{b} acc"]
     header += [f"{primary} format", f"{primary} no answer", f"{primary} truncated", f"{primary} mean tokens"] + varying
     body = []
     for r in rows:
@@ -544,7 +546,7 @@ def _ranking(rows, benchmarks, primary, experiments) -> list[str]:
             KIND_LABEL.get(r["kind"], r["kind"]),
         ]
         for b in benchmarks:
-            cells += [_pct(r.get(f"{b}.accuracy")), _pts(r.get(f"{b}.delta_vs_sft"))]
+            cells += [_pct(r.get(f"{b}.accuracy"))] + ([_pts(r.get(f"{b}.delta_vs_sft"))] if with_delta else [])
         cells += [
             _pct(r.get(f"{primary}.format_accuracy")),
             _pct(r.get(f"{primary}.no_answer_rate")),
@@ -561,11 +563,12 @@ def _ranking(rows, benchmarks, primary, experiments) -> list[str]:
             + ".",
             "",
         ]
-    out += [
-        "Δ vs SFT: accuracy minus that of the experiment's SFT starting point on the same benchmark, in percentage "
-        "points; its interval, the problems gained/lost and the p-value are under Paired comparisons.",
-        "",
-    ]
+    if with_delta:
+        out += [
+            "Δ vs SFT: accuracy minus that of the experiment's SFT starting point on the same benchmark, in "
+            "percentage points; its interval, the problems gained/lost and the p-value are under Paired comparisons.",
+            "",
+        ]
     return out
 
 

@@ -63,6 +63,9 @@ def test_wilson_interval_matches_its_closed_form():
     assert (round(low, 4), round(high, 4)) == (0.3866, 0.7812)
     # At 0 % Wilson still gives an upper bound (a standard error would say "0.0 % ± 0.0 %").
     assert compare.wilson_interval(0, 128) == pytest.approx((0.0, z2 / (128 + z2)), abs=1e-9)
+    # Sampled, every problem at 0 %: no spread to bootstrap; Wilson over the 30 problems stands in.
+    low, high, how = compare.accuracy_interval(outcomes([[0] * 8] * 30))
+    assert (low, how) == (0.0, "Wilson over problems") and high == pytest.approx(z2 / (30 + z2))
 
 
 def test_holm_step_down_by_hand():

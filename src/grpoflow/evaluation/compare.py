@@ -122,14 +122,19 @@ def check_same_problems(a: Outcomes, b: Outcomes) -> None:
 # ---- intervals and tests --------------------------------------------------------------------------------------
 
 
-def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Wilson's score interval for a binomial proportion (no continuity correction)."""
-    from scipy.stats import binomtest
+def wilson_interval(successes: float, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson's score interval for a binomial proportion (no continuity correction; scipy's
+    ``binomtest(...).proportion_ci(method="wilson")`` for whole counts). ``successes`` may be fractional (a
+    mean accuracy times the number of problems)."""
+    from scipy.stats import norm
 
     if n <= 0:
         raise ValueError("a proportion needs at least one trial")
-    ci = binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
-    return float(ci.low), float(ci.high)
+    z = float(norm.ppf(1 - (1 - confidence) / 2))
+    p, z2 = successes / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z / (1 + z2 / n) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def bootstrap_means(values: np.ndarray, seed: int = BOOTSTRAP_SEED, resamples: int = BOOTSTRAP_RESAMPLES) -> np.ndarray:
@@ -152,10 +157,14 @@ def percentile_interval(draws: np.ndarray, confidence: float = CONFIDENCE) -> tu
 
 def accuracy_interval(o: Outcomes, seed: int = BOOTSTRAP_SEED) -> tuple[float, float, str]:
     """95 % interval of a model's accuracy and the method: Wilson (one sample per problem), else the cluster
-    bootstrap over problems."""
+    bootstrap over problems; when every problem has the same accuracy (e.g. all 0 %) the bootstrap has no spread
+    to resample, and Wilson over the problems (the mean accuracy as the proportion) stands in."""
     if o.k == 1:
         return (*wilson_interval(int(o.correct.sum()), o.n), "Wilson")
-    return (*percentile_interval(bootstrap_means(o.per_problem, seed)), "cluster bootstrap")
+    low, high = percentile_interval(bootstrap_means(o.per_problem, seed))
+    if low == high:
+        return (*wilson_interval(float(o.per_problem.sum()), o.n), "Wilson over problems")
+    return low, high, "cluster bootstrap"
 
 
 def mcnemar_exact(gained: int, lost: int) -> float:
