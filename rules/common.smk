@@ -196,6 +196,7 @@ from grpoflow.backends import slurm_resources as _slurm_resources
 from grpoflow.backends import training_command as _training_command
 from grpoflow.evaluation.settings import benchmark_prompt as _benchmark_prompt
 from grpoflow.evaluation.settings import evaluation_settings as _evaluation_settings
+from grpoflow.hub import card_sources as _card_sources
 from grpoflow.report import experiment_rewards as _experiment_rewards
 from grpoflow.report import experiment_summary as _experiment_summary
 from grpoflow.report import samples_path
@@ -282,3 +283,7 @@ def report_experiment_rewards(experiment):
 
 def report_seed_groups():
     return _seed_groups(CFG.experiments)
+
+
+def upload_card_sources(experiment):
+    return _card_sources(CFG, experiment)

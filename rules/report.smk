@@ -66,5 +66,7 @@ rule upload_to_hub:
     params:
         upload=lambda wc: exp(wc)["upload"],
         experiment=lambda wc: exp(wc),
+        # Only when uploading: with upload off, adding a benchmark must not rerun upload_to_hub.
+        card=lambda wc: (upload_card_sources(wc.experiment) if exp(wc)["upload"]["enabled"] else {}),
     script:
         "../workflow/scripts/upload_to_hub.py"
