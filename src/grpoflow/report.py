@@ -179,6 +179,8 @@ class BenchmarkAnalysis:
     rewards: dict[str, dict[str, float]] = field(default_factory=dict)  # model -> reward name -> mean
     # column -> group value -> model -> (accuracy, problems): the benchmark's `breakdown` (MATH-500 subject/level)
     breakdown: dict[str, dict[str, dict[str, tuple[float, int]]]] = field(default_factory=dict)
+    # model -> {"accuracy", "disagree", "ungraded", "completions"}: report.second_grader's verdicts
+    second: dict[str, dict] = field(default_factory=dict)
     indistinguishable: list[str] = field(default_factory=list)
     mde: float | None = None
     mde_second_moment: float | None = None
@@ -223,6 +225,7 @@ def analyse_benchmark(
     evals: dict,
     cache: dict,
     scoring: dict[str, dict],
+    second_grader: str | None = None,
 ) -> BenchmarkAnalysis:
     """Every paired comparison of one benchmark, Holm-adjusted together, plus intervals, tokens and rewards."""
     out = BenchmarkAnalysis(bench)
@@ -264,6 +267,32 @@ def analyse_benchmark(
                 pass  # already noted by the accuracy comparison
     out.rewards = _training_rewards(present, bench, evals, cache, scoring, out.notes)
     out.breakdown = _breakdown(present, bench, evals, cache, out.notes)
+    if second_grader:
+        out.second = _second_grades(present, bench, evals, cache, out.notes)
+    return out
+
+
+def _second_grades(rows, bench, evals, cache, notes) -> dict[str, dict]:
+    """lighteval's math-verify verdict on every completion of every model (one worker for the benchmark),
+    against grpoflow's own: its accuracy and how many completions the two graders decide differently."""
+    from grpoflow.evaluation import second_grader
+
+    records = {}
+    for r in rows:
+        o = _outcomes(evals, r["model"], bench, cache, notes)
+        if o is not None:
+            records[r["model"]] = [rec for recs in o.records for rec in recs]
+    pairs = [(str(rec["ground_truth"]), rec.get("response") or "") for recs in records.values() for rec in recs]
+    verdicts = iter(second_grader.grade(pairs))
+    out = {}
+    for model, recs in records.items():
+        mine = [(next(verdicts), bool(rec["correct"])) for rec in recs]
+        out[model] = {
+            "accuracy": sum(bool(v) for v, _ in mine) / len(mine),
+            "disagree": sum(v is not None and v != c for v, c in mine),
+            "ungraded": sum(v is None for v, _ in mine),
+            "completions": len(mine),
+        }
     return out
 
 
@@ -378,6 +407,9 @@ def add_statistics(rows: list[dict], analyses: dict[str, BenchmarkAnalysis], gro
                 r[f"{b}.p_vs_{rel}"], r[f"{b}.p_holm_vs_{rel}"] = p.p_value, c.p_holm
             if a.best is not None and r["model"] in a.intervals or r["model"] == a.best:
                 r[f"{b}.indistinguishable_from_best"] = r["model"] == a.best or r["model"] in a.indistinguishable
+            if r["model"] in a.second:
+                r[f"{b}.accuracy_math_verify"] = a.second[r["model"]]["accuracy"]
+                r[f"{b}.disagreements_math_verify"] = a.second[r["model"]]["disagree"]
             t = a.tokens.get(r["model"])
             if t:
                 for key in ("p90", "mean_correct", "per_correct"):
@@ -781,6 +813,40 @@ def _rewards_section(rows, analyses, scoring) -> list[str]:
     return out
 
 
+def _second_grader_section(rows, analyses) -> list[str]:
+    from grpoflow.evaluation.second_grader import NAME
+
+    have = [(b, a) for b, a in analyses.items() if a.second]
+    if not have:
+        return []
+    out = [
+        "## Second grader",
+        "",
+        f"Every completion graded again by {NAME}, the grader of lighteval's and open-r1's published numbers; "
+        "disagreements: completions the two graders decide differently (ungraded: math-verify gave no verdict).",
+        "",
+    ]
+    for b, a in have:
+        body = [
+            [
+                r["model"],
+                _pct(r.get(f"{b}.accuracy")),
+                _pct(a.second[r["model"]]["accuracy"]),
+                f"{a.second[r['model']]['disagree']} of {a.second[r['model']]['completions']}",
+                str(a.second[r["model"]]["ungraded"]),
+            ]
+            for r in rows
+            if r["model"] in a.second
+        ]
+        out += [
+            f"### `{b}`",
+            "",
+            _md_table(["model", "grpoflow", "math-verify", "disagreements", "ungraded"], body),
+            "",
+        ]
+    return out
+
+
 def _breakdown_section(rows, analyses) -> list[str]:
     have = [(b, a) for b, a in analyses.items() if a.breakdown]
     if not have:
@@ -861,6 +927,7 @@ def render_markdown(
     out += _token_section(rows, analyses, plots)
     out += _rewards_section(rows, analyses, scoring or {})
     out += _breakdown_section(rows, analyses)
+    out += _second_grader_section(rows, analyses)
     out += _all_metrics(rows, evals, benchmarks)
     rest = [p for p in plots if p != "accuracy_vs_tokens"]
     if rest:
@@ -892,6 +959,8 @@ def write_csv(path: str, rows: list[dict], benchmarks: list[str], experiments: d
         "tokens_delta_vs_sft",
         "tokens_delta_vs_sft_ci_low",
         "tokens_delta_vs_sft_ci_high",
+        "accuracy_math_verify",
+        "disagreements_math_verify",
     ]
     per_bench = []
     for b in benchmarks:
@@ -1148,7 +1217,9 @@ def build_report(
     primary = settings.get("primary_benchmark") or benchmarks[0]
     rows = summary_rows(evals, experiments, models, benchmarks, primary)
     cache: dict = {}
-    analyses = {b: analyse_benchmark(b, rows, evals, cache, rewards or {}) for b in benchmarks}
+    analyses = {
+        b: analyse_benchmark(b, rows, evals, cache, rewards or {}, settings.get("second_grader")) for b in benchmarks
+    }
     groups = seed_groups or {}
     add_statistics(rows, analyses, groups)
     # A fresh directory replaces the old one whole: a plot of a removed experiment never survives.

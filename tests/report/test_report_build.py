@@ -336,3 +336,28 @@ def test_a_misplaced_evaluation_file_is_refused(tmp_path):
     path.rename(moved)
     with pytest.raises(DataError, match="holds the evaluation of model 'a' on 'arith', not 'b' on 'arith'"):
         build_report([str(moved)], [], {}, {}, ["arith"], {}, *(str(tmp_path / n) for n in ("s.md", "s.csv", "p")))
+
+
+def test_second_grader_counts_disagreements_with_lightevals_math_verify(tmp_path, config):
+    # grpoflow's verdicts as given; math-verify (lighteval's configuration) grades the same text again.
+    texts = {0: "So \\boxed{7}.", 1: "<think>so the answer is \\boxed{7}", 2: "\\boxed{8}"}
+    evals = [write_eval(tmp_path, "lr-high", "arith", [True, False, False], response=lambda i, c: texts[i])]
+    out = tmp_path / "r"
+    build_report(
+        evals,
+        [],
+        {},
+        config.models,
+        ["arith"],
+        {"second_grader": "math-verify"},
+        *(str(out / n) for n in ("s.md", "s.csv", "plots")),
+    )
+    md = (out / "s.md").read_text()
+    # A completion cut off inside <think> has no final answer by grpoflow's convention; lighteval grades its box.
+    assert "| lr-high | 33.3% | 66.7% | 1 of 3 | 0 |" in md and "## Second grader" in md
+    with open(out / "s.csv") as fh:
+        row = next(csv.DictReader(fh))
+    assert (
+        float(row["arith.accuracy_math_verify"]) == pytest.approx(2 / 3)
+        and row["arith.disagreements_math_verify"] == "1"
+    )
