@@ -405,7 +405,7 @@ def add_statistics(rows: list[dict], analyses: dict[str, BenchmarkAnalysis], gro
                     r[f"{b}.delta_vs_best"] = p.delta
                 r[f"{b}.gained_vs_{rel}"], r[f"{b}.lost_vs_{rel}"] = p.gained, p.lost
                 r[f"{b}.p_vs_{rel}"], r[f"{b}.p_holm_vs_{rel}"] = p.p_value, c.p_holm
-            if a.best is not None and r["model"] in a.intervals or r["model"] == a.best:
+            if r["model"] in a.intervals:
                 r[f"{b}.indistinguishable_from_best"] = r["model"] == a.best or r["model"] in a.indistinguishable
             if r["model"] in a.second:
                 r[f"{b}.accuracy_math_verify"] = a.second[r["model"]]["accuracy"]
