@@ -196,7 +196,11 @@ from grpoflow.backends import slurm_resources as _slurm_resources
 from grpoflow.backends import training_command as _training_command
 from grpoflow.evaluation.settings import benchmark_prompt as _benchmark_prompt
 from grpoflow.evaluation.settings import evaluation_settings as _evaluation_settings
+from grpoflow.hub import card_sources as _card_sources
+from grpoflow.report import experiment_rewards as _experiment_rewards
 from grpoflow.report import experiment_summary as _experiment_summary
+from grpoflow.report import samples_path
+from grpoflow.report import seed_groups as _seed_groups
 from grpoflow.backends.verl.memory import summary as _training_summary
 
 
@@ -271,3 +275,15 @@ def evaluation_settings():
 
 def report_experiment_summary(experiment):
     return _experiment_summary(CFG.experiment(experiment))
+
+
+def report_experiment_rewards(experiment):
+    return _experiment_rewards(CFG.experiment(experiment))
+
+
+def report_seed_groups():
+    return _seed_groups(CFG.experiments)
+
+
+def upload_card_sources(experiment):
+    return _card_sources(CFG, experiment)

@@ -4,6 +4,8 @@
 rule report:
     input:
         evaluations=CFG.eval_targets(),
+        # The paired statistics read every problem's verdict from the per-sample files.
+        samples=[samples_path(p) for p in CFG.eval_targets()],
         training=[f"results/{e}/train_metrics.jsonl" for e in CFG.experiments],
     output:
         summary=report(
@@ -14,6 +16,11 @@ rule report:
         table=report(
             "results/report/summary.csv",
             caption="../workflow/report/summary.rst",
+            category="Summary",
+        ),
+        comparisons=report(
+            "results/report/comparisons.csv",
+            caption="../workflow/report/comparisons.rst",
             category="Summary",
         ),
         plots=report(
@@ -32,6 +39,8 @@ rule report:
         models=lambda wc: CFG.models,
         benchmarks=lambda wc: list(CFG.evaluation["benchmarks"]),
         settings=lambda wc: CFG.report,
+        seed_groups=lambda wc: report_seed_groups(),
+        rewards=lambda wc: {e: report_experiment_rewards(e) for e in CFG.experiments},
     script:
         "../workflow/scripts/report.py"
 
@@ -57,5 +66,7 @@ rule upload_to_hub:
     params:
         upload=lambda wc: exp(wc)["upload"],
         experiment=lambda wc: exp(wc),
+        # Only when uploading: with upload off, adding a benchmark must not rerun upload_to_hub.
+        card=lambda wc: (upload_card_sources(wc.experiment) if exp(wc)["upload"]["enabled"] else {}),
     script:
         "../workflow/scripts/upload_to_hub.py"

@@ -332,15 +332,16 @@ class WorkflowConfig:
 
 
 def dataset_splits(ds: dict) -> list[str]:
-    """The splits a dataset provides after carving: train always, val/test when sourced or carved."""
-    have = {"train"}
+    """The splits a dataset provides after carving: those its source has (a benchmark may have only test), and
+    val/test carved from train."""
     src = ds["source"]
-    if src == "hub" and not ds["hub"].get("filename"):
-        have |= set(ds["hub"]["splits"])
+    if src == "hub":
+        hub = ds["hub"]
+        have = set(hub.get("files") or ({"train": 1} if hub.get("filename") else hub["splits"]))
     elif src == "local":
-        have |= {s for s in SPLITS if s in ds["local"]}
-    elif src == "synthetic":
-        have.add("test")
+        have = {"train" if s == "path" else s for s in ds["local"]}
+    else:
+        have = {"train", "test"}
     if ds.get("validation"):
         have.add("val")
     if ds.get("test"):
@@ -355,6 +356,11 @@ def _check_dataset(name: str, ds: dict) -> None:
             f"config error: {where}.prompt.template = {ds['prompt']['template']!r} has no {{question}} placeholder: the problem text would be dropped"
         )
     native = set(dataset_splits({**ds, "validation": None, "test": None}))
+    for key in ("validation", "test"):
+        if ds.get(key) and "train" not in native:
+            raise ConfigError(
+                f"config error: {where}.{key} carves a split out of train, but the source has no train split (splits: {', '.join(sorted(native))}): remove {where}.{key}"
+            )
     for key, split in (("validation", "val"), ("test", "test")):
         if ds.get(key) and split in native:
             raise ConfigError(
@@ -570,6 +576,35 @@ def _check_evaluation(cfg: WorkflowConfig) -> None:
         )
 
 
+def expand_seeds(name: str, exp: dict, named: dict) -> list[tuple[str, dict]]:
+    """An experiment (``defaults`` merged in) as the runs it stands for: itself, or with ``seeds: [k, ...]`` one
+    run per seed named ``<name>-seed<k>`` with ``grpo.seed: k``, sharing one SFT start name (``<name>-sft``
+    unless ``sft.name`` is set). What would otherwise collide between the runs gets the seed too: an explicit
+    ``checkpoint_dir`` (``<dir>/seed<k>``) and ``upload.repo_id`` (``<repo_id>-seed<k>``)."""
+    exp = copy.deepcopy(exp)
+    seeds = exp.pop("seeds", None)
+    if seeds is None:
+        return [(name, exp)]
+    if not isinstance(seeds, list):
+        return [(name, {**exp, "seeds": seeds})]  # the schema check names the bad value
+    runs = []
+    for k in seeds:
+        run_name = f"{name}-seed{k}"
+        if run_name in named:
+            raise ConfigError(
+                f"config error: experiments.{name}.seeds expands to {run_name!r}, which is also an experiment's name: rename one"
+            )
+        run = copy.deepcopy(exp)
+        run.setdefault("grpo", {})["seed"] = k
+        run.setdefault("sft", {}).setdefault("name", f"{name}-sft")
+        if run.get("checkpoint_dir"):
+            run["checkpoint_dir"] = f"{run['checkpoint_dir'].rstrip('/')}/seed{k}"
+        if (run.get("upload") or {}).get("repo_id"):
+            run["upload"]["repo_id"] = f"{run['upload']['repo_id']}-seed{k}"
+        runs.append((run_name, run))
+    return runs
+
+
 def resolve_config(raw: dict) -> WorkflowConfig:
     """Validate ``raw`` (as Snakemake loaded it) and return the resolved configuration. Raises ConfigError."""
     if not isinstance(raw, dict) or not raw:
@@ -585,16 +620,25 @@ def resolve_config(raw: dict) -> WorkflowConfig:
     # 2. Experiments = defaults ⊕ experiment, then defaults filled and re-checked as a whole.
     defaults = raw.get("defaults") or {}
     experiments = {}
-    for name, exp in (raw.get("experiments") or {}).items():
-        merged = deep_merge(defaults, exp or {})
+    named = dict(raw.get("experiments") or {})
+    runs = [run for name, exp in named.items() for run in expand_seeds(name, deep_merge(defaults, exp or {}), named)]
+    for name, merged in runs:
+        if name in experiments:
+            raise ConfigError(
+                f"config error: experiments: two seed expansions are both named {name!r}: rename one of the experiments"
+            )
         _check(merged, {"$ref": "#/$defs/experiment"}, fill_defaults=True, where=f"experiments.{name}")
         # Keep only the chosen backend's section: the others' defaults must not change training params.
         for other in BACKENDS:
             if other != merged["backend"]:
                 merged.pop(other, None)
         experiments[name] = merged
+    from grpoflow.evaluation.registry import builtin_datasets, resolve_builtin_benchmarks
+
+    raw_datasets = {**(raw.get("datasets") or {})}
+    raw_datasets.update(builtin_datasets(raw.get("evaluation") or {}, raw_datasets))
     datasets = {}
-    for name, ds in (raw.get("datasets") or {}).items():
+    for name, ds in raw_datasets.items():
         ds = copy.deepcopy(ds)
         _check(ds, {"$ref": "#/$defs/dataset"}, fill_defaults=True, where=f"datasets.{name}")
         ds.setdefault("prompt", {"system": None, "template": "{question}"})
@@ -604,6 +648,7 @@ def resolve_config(raw: dict) -> WorkflowConfig:
         datasets[name] = ds
     evaluation = copy.deepcopy(raw.get("evaluation") or {})
     _check(evaluation, {"$ref": "#/$defs/evaluation"}, fill_defaults=True, where="evaluation")
+    evaluation = resolve_builtin_benchmarks(evaluation)
     report = copy.deepcopy(raw.get("report") or {})
     _check(report, {"$ref": "#/$defs/report"}, fill_defaults=True, where="report")
     demo = copy.deepcopy(raw.get("demo")) if raw.get("demo") is not None else None

@@ -77,36 +77,89 @@ def _base_model(experiment_cfg: dict) -> str | None:
     return path if path and not os.path.exists(path) and HUB_ID.match(path) else None
 
 
-def model_card(experiment: str, experiment_cfg: dict, marker: dict, evaluations: list[dict], repo_id: str) -> str:
-    """README.md for the Hub: metadata, evaluation table, training config and provenance — all from the run's
-    own files, so the same run always yields the same card."""
-    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+def card_sources(cfg, experiment: str) -> dict:
+    """What the model card names beyond the experiment's own settings (from the resolved config ``cfg``): the
+    training dataset's Hub repo and revision (or its local name) and prompt, and each benchmark's Hub repo,
+    revision, config and split when it comes from the Hub."""
+    exp = cfg.experiment(experiment)
 
-    grpo, data = experiment_cfg["grpo"], experiment_cfg["data"]
+    def hub_of(dataset: str | None) -> dict:
+        ds = cfg.datasets.get(dataset) if dataset else None
+        if not ds or ds["source"] != "hub":
+            return {"name": dataset}
+        hub = ds["hub"]
+        return {"name": dataset, "repo_id": hub["repo_id"], "revision": hub["revision"], "config": hub.get("config")}
+
+    train = exp["data"]["dataset"]
+    benchmarks = {}
+    for name, bench in cfg.evaluation["benchmarks"].items():
+        entry = hub_of(bench.get("dataset"))
+        entry["split"] = bench.get("split") if "dataset" in bench else None
+        benchmarks[name] = entry
+    return {"train_dataset": hub_of(train), "prompt": cfg.datasets[train]["prompt"], "benchmarks": benchmarks}
+
+
+def _eval_result(ev: dict, source: dict):
+    """One evaluation as a model-index entry: the Hub dataset id and revision when the benchmark has one, the
+    metric named as the field does (accuracy for greedy; pass@1 over n samples reported as avg@n)."""
+    from huggingface_hub import EvalResult
+
+    samples = ev.get("samples_per_problem") or (ev.get("generation") or {}).get("samples") or 1
+    return EvalResult(
+        task_type="text-generation",
+        dataset_type=source.get("repo_id") or ev["benchmark"],
+        dataset_name=ev["benchmark"],
+        dataset_config=source.get("config"),
+        dataset_split=source.get("split") if source.get("repo_id") else None,
+        dataset_revision=source.get("revision"),
+        metric_type="accuracy" if samples == 1 else "pass@1",
+        metric_name="accuracy" if samples == 1 else f"avg@{samples}",
+        metric_value=round(ev["metrics"]["accuracy"], 4),
+    )
+
+
+def model_card(
+    experiment: str,
+    experiment_cfg: dict,
+    marker: dict,
+    evaluations: list[dict],
+    repo_id: str,
+    sources: dict | None = None,
+) -> str:
+    """README.md for the Hub: metadata (license, base model, datasets, languages, model-index), evaluation
+    table, training prompt, training config and provenance — all from the run's own files and config, so the
+    same run always yields the same card. ``sources``: ``card_sources(cfg, experiment)``."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    sources = sources or {}
+    grpo, data, upload = experiment_cfg["grpo"], experiment_cfg["data"], experiment_cfg.get("upload") or {}
     base = _base_model(experiment_cfg)
     name = repo_id.split("/")[-1]
     tags = ["grpo", "reinforcement-learning", "math", "grpoflow"] + (
         ["lora-merged"] if grpo.get("lora", {}).get("rank") else []
     )
     # The accuracies also go into the card's metadata (model-index), where the Hub shows them as evaluation results.
+    bench_sources = sources.get("benchmarks") or {}
     results = [
-        EvalResult(
-            task_type="text-generation",
-            dataset_type=ev["benchmark"],
-            dataset_name=ev["benchmark"],
-            metric_type="accuracy",
-            metric_value=round(ev["metrics"]["accuracy"], 4),
-        )
+        _eval_result(ev, bench_sources.get(ev["benchmark"]) or {})
         for ev in sorted(evaluations, key=lambda e: e["benchmark"])
     ]
+    train_repo = (sources.get("train_dataset") or {}).get("repo_id")
     meta = ModelCardData(
+        license=upload.get("license"),
+        language=upload.get("language") or None,
         base_model=base,
+        datasets=[train_repo] if train_repo else None,
         library_name="transformers",
         pipeline_tag="text-generation",
         tags=tags,
         model_name=name if results else None,
         eval_results=results or None,
     )
+    if not upload.get("license"):
+        log.warning(
+            "%s: the model card has no license: set upload.license (the base model's, e.g. apache-2.0)", experiment
+        )
     lines = ["---", meta.to_yaml(), "---", "", f"# {name}", ""]
     start = base or "its SFT checkpoint"
     lines += [
@@ -130,7 +183,7 @@ def model_card(experiment: str, experiment_cfg: dict, marker: dict, evaluations:
         ]
         for ev in sorted(evaluations, key=lambda e: e["benchmark"]):
             m, g = ev["metrics"], ev["generation"]
-            decoding = "greedy" if g.get("greedy") else f"{g['preset']} (T {g['temperature']}, k={g['samples']})"
+            decoding = "greedy" if g.get("greedy") else f"{g['preset']} (T {g['temperature']}, avg@{g['samples']})"
             lines.append(
                 f"| {ev['benchmark']} | {100 * m['accuracy']:.1f}% | {100 * m['format_accuracy']:.1f}% | {100 * m['partial_accuracy']:.1f}% | "
                 f"{100 * m['no_answer_rate']:.1f}% | {100 * m['truncation_rate']:.1f}% | {m['mean_response_tokens']:.1f} | {ev['n_problems']} | "
@@ -141,6 +194,17 @@ def model_card(experiment: str, experiment_cfg: dict, marker: dict, evaluations:
             "Accuracy is graded by grpoflow's answer verifier (final `\\boxed{}`, `<answer>` tag, `####` line or answer phrase, compared symbolically).",
             "",
         ]
+    prompt = sources.get("prompt")
+    if prompt:
+        lines += [
+            "## Training prompt",
+            "",
+            "The chat messages every training problem was asked with (`{question}`: the problem):",
+            "",
+        ]
+        if prompt.get("system"):
+            lines += ["System:", "", "```text", prompt["system"], "```", ""]
+        lines += ["User:", "", "```text", prompt["template"], "```", ""]
     lines += [
         "## Training configuration",
         "",
@@ -189,8 +253,10 @@ def upload_experiment(
     evaluations: list[str],
     record_path: str,
     endpoint: str | None = None,
+    card: dict | None = None,
 ) -> dict:
-    """Upload (or dry-run, or record as disabled) one experiment's merged model; write ``record_path``."""
+    """Upload (or dry-run, or record as disabled) one experiment's merged model; write ``record_path``. ``card``:
+    ``card_sources(cfg, experiment)`` for the model card."""
     record = {
         "experiment": experiment,
         "enabled": bool(upload.get("enabled")),
@@ -207,7 +273,7 @@ def upload_experiment(
     repo_id, revision, private = upload["repo_id"], upload.get("revision") or "main", bool(upload.get("private", True))
     record.update(repo_id=repo_id, revision=revision, private=private)
     card = model_card(
-        experiment, experiment_config, read_json(marker_path), [read_json(p) for p in evaluations], repo_id
+        experiment, experiment_config, read_json(marker_path), [read_json(p) for p in evaluations], repo_id, card
     )
     files = model_files(model_dir) + [
         {"path": CARD_NAME, "size": len(card.encode()), "sha256": _sha256_text(card), "generated": True}

@@ -47,8 +47,29 @@ def _dry(wd: Path, cfg: str) -> dict[str, int]:
     return job_counts(snakemake(["-n", "--configfile", cfg], wd).stdout)
 
 
+def _serve_builtin(hub: FakeHub, name: str, files: dict[str, bytes]) -> None:
+    """Stand-in rows for a built-in benchmark, at the repo, revision and path its registry entry pins."""
+    from grpoflow.evaluation.registry import BUILTIN
+
+    spec = BUILTIN[name]["dataset"]["hub"]
+    hub.add_dataset(spec["repo_id"], files, commit=spec["revision"])
+
+
+def _parquet_bytes(rows: list[dict]) -> bytes:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), buf)
+    return buf.getvalue()
+
+
 @pytest.mark.slow
 def test_evaluate_and_report_without_training(tmp_path, tiny_model):
+    """An evaluation-only config: a file benchmark, MATH-500 greedy and AIME 2024 avg@n from the built-in
+    registry (downloaded by download_data from the stand-in Hub at their pinned revisions), one report."""
     wd = make_workdir(tmp_path)
     _gsm8k_file(wd / "bench.jsonl", 6)
     config = {
@@ -56,13 +77,37 @@ def test_evaluate_and_report_without_training(tmp_path, tiny_model):
             "max_new_tokens": 8,
             "batch_size": 6,
             "models": {"tiny-base": {"path": str(tiny_model)}},
-            "benchmarks": {"gsm8k6": {"path": "bench.jsonl", "prompt_key": "question", "format": "gsm8k"}},
+            "benchmarks": {
+                "gsm8k6": {"path": "bench.jsonl", "prompt_key": "question", "format": "gsm8k"},
+                "math500": {"builtin": "math500"},
+                "aime2024": {"builtin": "aime2024", "samples": 3},
+            },
             "resources": {"gpus": 0, "cpus_per_task": 1, "mem_mb": 2000, "runtime": 10},
         },
     }
     cfg = _write(wd / "eval-only.yaml", config)
-    assert _dry(wd, cfg) == {"evaluate": 1, "report": 1, "all": 1}
-    snakemake(["-c1", "--configfile", cfg], wd)
+    assert _dry(wd, cfg) == {"download_data": 2, "convert_to_parquet": 2, "evaluate": 3, "report": 1, "all": 1}
+    math500 = [
+        {"problem": f"What is {a} + {b}?", "answer": str(a + b), "subject": s, "level": lv, "unique_id": f"t/{a}.json"}
+        for a, b, s, lv in ((1, 2, "Algebra", 1), (3, 4, "Algebra", 2), (5, 6, "Geometry", 2))
+    ]
+    aime = [
+        {"id": 60 + i, "problem": f"Find {i} + 100.", "answer": str(100 + i), "url": "", "year": "2024"}
+        for i in range(3)
+    ]
+    with FakeHub("unused") as hub:
+        _serve_builtin(hub, "math500", {"test.jsonl": "".join(json.dumps(r) + "\n" for r in math500).encode()})
+        _serve_builtin(hub, "aime2024", {"data/train-00000-of-00001.parquet": _parquet_bytes(aime)})
+        snakemake(["-c1", "--configfile", cfg], wd, env={"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf")})
+    manifest = json.loads((wd / "resources/data/math500/manifest.json").read_text())
+    assert manifest["origin"]["resolved_commit"] == "ff5b20257d8185524591543f8ff5993951537bb8"
+    aime_eval = json.loads((wd / "results/tiny-base/eval/aime2024.json").read_text())
+    assert aime_eval["samples_per_problem"] == 3 and aime_eval["generation"]["temperature"] == 0.6
+    assert "avg@3" in aime_eval["metrics"] and aime_eval["n_completions"] == 9
+    assert json.loads((wd / "results/tiny-base/eval/math500.json").read_text())["generation"]["greedy"]
+    md = (wd / "results/report/summary.md").read_text()
+    assert "### `math500`: 3 problems, greedy" in md and "### `aime2024`: 3 problems, standard sampling (T 0.6" in md
+    assert "### `math500` by subject" in md and "| Geometry | 1 |" in md
 
     metrics = json.loads((wd / "results/tiny-base/eval/gsm8k6.json").read_text())
     samples = [
@@ -84,6 +129,10 @@ def test_evaluate_and_report_without_training(tmp_path, tiny_model):
     # Only an evaluation setting changes: evaluate + report rerun, nothing else.
     assert _dry(wd, cfg) == {}
     config["evaluation"]["max_new_tokens"] = 4
+    assert _dry(wd, _write(wd / "eval-only.yaml", config)) == {"evaluate": 3, "report": 1, "all": 1}
+    # A benchmark's own decoding reruns that benchmark only.
+    config["evaluation"]["max_new_tokens"] = 8
+    config["evaluation"]["benchmarks"]["aime2024"]["samples"] = 2
     assert _dry(wd, _write(wd / "eval-only.yaml", config)) == {"evaluate": 1, "report": 1, "all": 1}
 
 

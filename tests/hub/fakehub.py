@@ -1,5 +1,7 @@
 """A stand-in for the Hugging Face Hub API on 127.0.0.1: the endpoints huggingface_hub 1.x calls for
-``create_repo``, ``create_branch``, ``repo_info`` and ``upload_folder`` (validate-yaml, preupload, commit).
+``create_repo``, ``create_branch``, ``repo_info`` and ``upload_folder`` (validate-yaml, preupload, commit), and
+for downloading public dataset repos with ``hf_hub_download`` / ``snapshot_download`` (dataset info, tree
+listing, ``resolve`` HEAD/GET with the X-Repo-Commit and ETag headers the client reads).
 
 It keeps repos in memory as git-like commits (path -> bytes), checks the bearer token on every request,
 answers ``preupload`` with uploadMode "regular" (so no LFS/xet transfer is involved) and the stored file's git
@@ -28,6 +30,13 @@ ROUTES = [
     ("POST", re.compile(rf"^/api/models/{REPO}/preupload/{REV}$"), "preupload"),
     ("POST", re.compile(rf"^/api/models/{REPO}/commit/{REV}$"), "commit"),
 ]
+# Public dataset repos: readable without a token, as on the Hub.
+DATASET_ROUTES = [
+    ("GET", re.compile(rf"^/api/datasets/{REPO}/revision/{REV}$"), "dataset_info"),
+    ("GET", re.compile(rf"^/api/datasets/{REPO}/tree/{REV}(?:/(?P<path>.+))?$"), "dataset_tree"),
+    ("GET", re.compile(rf"^/datasets/{REPO}/resolve/{REV}/(?P<path>.+)$"), "dataset_file"),
+    ("HEAD", re.compile(rf"^/datasets/{REPO}/resolve/{REV}/(?P<path>.+)$"), "dataset_file"),
+]
 
 
 def git_blob_id(content: bytes) -> str:
@@ -48,6 +57,7 @@ class FakeHub:
     def __init__(self, token: str):
         self.token = token
         self.repos: dict[str, Repo] = {}
+        self.datasets: dict[str, Repo] = {}
         self.requests: list[dict] = []  # {"method", "path", "authorized"}
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -63,6 +73,18 @@ class FakeHub:
         self._server.server_close()
 
     # ---- state helpers for tests ----
+    def add_dataset(self, repo_id: str, files: dict[str, bytes], commit: str | None = None) -> str:
+        """A public dataset repo whose ``main`` is one commit holding ``files``; returns the commit id (``commit``
+        when given, e.g. the revision a config pins)."""
+        oid = (
+            commit
+            or hashlib.sha1(json.dumps(sorted((p, git_blob_id(c)) for p, c in files.items())).encode()).hexdigest()
+        )
+        repo = self.datasets.setdefault(repo_id, Repo(private=False))
+        repo.commits[oid] = {"files": dict(files), "parent": None, "message": "stand-in data"}
+        repo.branches["main"] = oid
+        return oid
+
     def commit(self, repo_id: str, oid: str, files: dict[str, bytes], parent: str | None, message: str) -> None:
         self.repos[repo_id].commits[oid] = {"files": files, "parent": parent, "message": message}
 
@@ -80,7 +102,7 @@ class FakeHub:
             def log_message(self, *args):  # quiet
                 pass
 
-            def _reply(self, status: int, body: dict | None = None, headers: dict | None = None):
+            def _reply(self, status: int, body: dict | list | None = None, headers: dict | None = None):
                 data = json.dumps(body if body is not None else {}).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -97,6 +119,12 @@ class FakeHub:
                     hub.requests.append({"method": method, "path": path, "authorized": authorized})
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
+                for m, pattern, name in DATASET_ROUTES:
+                    match = pattern.match(path)
+                    if m == method and match:
+                        args = {k: unquote(v) for k, v in match.groupdict().items() if v is not None}
+                        with hub._lock:
+                            return getattr(self, name)(method, **args)
                 if not authorized:
                     return self._reply(
                         401, {"error": "Invalid credentials in Authorization header"}, {"X-Error-Code": "Unauthorized"}
@@ -114,6 +142,64 @@ class FakeHub:
 
             def do_POST(self):
                 self._dispatch("POST")
+
+            def do_HEAD(self):
+                self._dispatch("HEAD")
+
+            # public dataset repos
+            def _dataset_commit(self, repo: str, rev: str) -> str | None:
+                r = hub.datasets.get(repo)
+                if r is None:
+                    return None
+                sha = r.branches.get(rev, rev)
+                return sha if sha in r.commits else None
+
+            def _dataset_missing(self, repo: str, rev: str, method: str = "GET"):
+                if repo not in hub.datasets:
+                    return self._reply(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
+                return self._reply(404, {"error": f"Invalid rev id: {rev}"}, {"X-Error-Code": "RevisionNotFound"})
+
+            def dataset_info(self, method: str, repo: str, rev: str):
+                sha = self._dataset_commit(repo, rev)
+                if sha is None:
+                    return self._dataset_missing(repo, rev)
+                files = hub.datasets[repo].commits[sha]["files"]
+                return self._reply(
+                    200,
+                    {"id": repo, "sha": sha, "private": False, "siblings": [{"rfilename": f} for f in sorted(files)]},
+                )
+
+            def dataset_tree(self, method: str, repo: str, rev: str, path: str = ""):
+                sha = self._dataset_commit(repo, rev)
+                if sha is None:
+                    return self._dataset_missing(repo, rev)
+                files = hub.datasets[repo].commits[sha]["files"]
+                prefix = path.rstrip("/") + "/" if path else ""
+                entries = [
+                    {"type": "file", "oid": git_blob_id(c), "size": len(c), "path": p}
+                    for p, c in sorted(files.items())
+                    if p.startswith(prefix)
+                ]
+                return self._reply(200, entries)
+
+            def dataset_file(self, method: str, repo: str, rev: str, path: str):
+                sha = self._dataset_commit(repo, rev)
+                if sha is None:
+                    return self._dataset_missing(repo, rev)
+                files = hub.datasets[repo].commits[sha]["files"]
+                if path not in files:
+                    return self._reply(
+                        404, {"error": f"{path} not found"}, {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": sha}
+                    )
+                content = files[path]
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(content)))
+                self.send_header("X-Repo-Commit", sha)
+                self.send_header("ETag", f'"{git_blob_id(content)}"')
+                self.end_headers()
+                if method == "GET":
+                    self.wfile.write(content)
 
             def _missing(self, repo: str, rev: str | None = None):
                 if repo not in hub.repos:

@@ -139,3 +139,104 @@ def test_card_config_hides_credentials():
         "verl": {"env": {"NCCL_DEBUG": "<redacted>", "WANDB_API_KEY": "<redacted>"}},
         "grpo": {"seed": 1},
     }
+
+
+def test_model_card_follows_hub_conventions(caplog):
+    """license, language, base_model, datasets (Hub ids), model-index with each benchmark's Hub id, revision,
+    split and metric name (avg@n for sampled ones), and the training prompt."""
+    from huggingface_hub import ModelCard
+
+    from grpoflow.config import resolve_config
+    from grpoflow.evaluation.registry import BUILTIN
+    from grpoflow.hub import card_sources, model_card
+
+    cfg = resolve_config(
+        {
+            "datasets": {
+                "gsm8k": {
+                    "source": "hub",
+                    "hub": {"repo_id": "openai/gsm8k", "config": "main", "revision": "abc123"},
+                    "validation": {"size": 10},
+                    "prompt": {"system": "Think step by step.", "template": "Q: {question}"},
+                }
+            },
+            "experiments": {
+                "r16": {
+                    "backend": "trl",
+                    "data": {"dataset": "gsm8k"},
+                    "sft": {"model": "Qwen/Qwen3-0.6B"},
+                    "grpo": {"total_steps": 3},
+                    "upload": {"enabled": True, "repo_id": "org/r16", "license": "apache-2.0"},
+                }
+            },
+            "evaluation": {"benchmarks": {"gsm8k_test": {"dataset": "gsm8k"}, "aime24": {"builtin": "aime2024"}}},
+        }
+    )
+    evals = [
+        {
+            "benchmark": "gsm8k_test",
+            "n_problems": 1319,
+            "samples_per_problem": 1,
+            "metrics": {
+                "accuracy": 0.71,
+                "format_accuracy": 1.0,
+                "partial_accuracy": 0.8,
+                "no_answer_rate": 0.0,
+                "truncation_rate": 0.0,
+                "mean_response_tokens": 200.0,
+            },
+            "generation": {"greedy": True, "max_new_tokens": 1024},
+        },
+        {
+            "benchmark": "aime24",
+            "n_problems": 30,
+            "samples_per_problem": 16,
+            "metrics": {
+                "accuracy": 0.1,
+                "format_accuracy": 1.0,
+                "partial_accuracy": 0.1,
+                "no_answer_rate": 0.0,
+                "truncation_rate": 0.0,
+                "mean_response_tokens": 900.0,
+            },
+            "generation": {
+                "greedy": False,
+                "preset": "standard",
+                "temperature": 0.6,
+                "samples": 16,
+                "max_new_tokens": 4096,
+            },
+        },
+    ]
+    marker = {"final_step": 3, "planned_steps": 3}
+    card = model_card("r16", cfg.experiment("r16"), marker, evals, "org/r16", card_sources(cfg, "r16"))
+    data = ModelCard(card).data
+    assert (data.license, data.language, data.base_model, data.datasets) == (
+        "apache-2.0",
+        ["en"],
+        "Qwen/Qwen3-0.6B",
+        ["openai/gsm8k"],
+    )
+    got = {
+        (
+            r.dataset_type,
+            r.dataset_revision,
+            r.dataset_split,
+            r.dataset_config,
+            r.metric_type,
+            r.metric_name,
+            r.metric_value,
+        )
+        for r in data.eval_results
+    }
+    aime = BUILTIN["aime2024"]["dataset"]["hub"]
+    assert got == {
+        ("openai/gsm8k", "abc123", "test", "main", "accuracy", "accuracy", 0.71),
+        (aime["repo_id"], aime["revision"], "test", None, "pass@1", "avg@16", 0.1),
+    }
+    assert "## Training prompt" in card and "Think step by step." in card and "Q: {question}" in card
+    assert "standard (T 0.6, avg@16), max 4096 tokens" in card
+    # Without a license the card says none, and the log asks for one.
+    exp = {**cfg.experiment("r16"), "upload": {**cfg.experiment("r16")["upload"], "license": None}}
+    assert ModelCard(model_card("r16", exp, marker, evals, "org/r16")).data.license is None
+    assert "set upload.license" in caplog.text

@@ -1,5 +1,5 @@
-"""The shipped Qwen3-0.6B LoRA ablation grid: it validates, and each run differs from the base run in exactly
-the factor the recipe's ablation varies."""
+"""The shipped Qwen3-0.6B LoRA ablation grid: it validates, each arm differs from the base arm in exactly the
+factor the recipe's ablation varies, and every arm runs with three seeds that the report groups."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from pathlib import Path
 import yaml
 
 from grpoflow.config import resolve_config
-from grpoflow.report import experiment_summary
+from grpoflow.report import experiment_summary, seed_groups
 
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "qwen3-0.6b-lora-ablations.yaml"
 BASE = "r32-ng6-bs24"
+SEEDS = (1, 2, 3)
 COSINE = (
     '{"max_len":1000,"max_value_correct":1.0,"max_value_wrong":-0.5,"min_value_correct":0.5,"min_value_wrong":-1.0}'
 )
@@ -42,7 +43,12 @@ EXPECTED = {
 
 def test_the_grid_varies_one_factor_group_per_run():
     cfg = resolve_config(yaml.safe_load(CONFIG.read_text()))
-    summaries = {e: experiment_summary(cfg.experiment(e)) for e in cfg.experiments}
+    groups = seed_groups(cfg.experiments)
+    assert set(groups) == {BASE, *EXPECTED}
+    for arm, runs in groups.items():
+        assert runs == [f"{arm}-seed{k}" for k in SEEDS]
+        assert [cfg.experiment(r)["grpo"]["seed"] for r in runs] == list(SEEDS)
+    summaries = {arm: experiment_summary(cfg.experiment(f"{arm}-seed1")) for arm in groups}
     base = summaries[BASE]
     assert (base["lora_rank"], base["prompts_per_step"] * base["num_generations"], base["rewards"]) == (
         32,
@@ -50,9 +56,8 @@ def test_the_grid_varies_one_factor_group_per_run():
         "format+tag_count+accuracy+cosine",
     )
     assert base["reward_params"] == '{"cosine":' + COSINE + "}" and base["learning_rate"] == 5e-5
-    assert set(summaries) == {BASE, *EXPECTED}
     for name, diff in EXPECTED.items():
-        changed = {k: v for k, v in summaries[name].items() if v != base[k]}
+        changed = {k: v for k, v in summaries[name].items() if v != base[k] and k != "sft_model"}
         assert changed == diff, name
     for name in cfg.experiments:
         exp = cfg.experiment(name)

@@ -1,4 +1,4 @@
-"""Rule report: results/report/summary.{md,csv} and results/report/plots/*.png from the run's own files."""
+"""Rule report: results/report/summary.{md,csv}, comparisons.csv and plots/*.png from the run's own files."""
 
 from grpoflow.report import build_report
 from grpoflow.workflow import run_job
@@ -15,4 +15,7 @@ run_job(
     summary_path=snakemake.output.summary,  # noqa: F821
     table_path=snakemake.output.table,  # noqa: F821
     plots_dir=snakemake.output.plots,  # noqa: F821
+    comparisons_path=snakemake.output.comparisons,  # noqa: F821
+    seed_groups=snakemake.params.seed_groups,  # noqa: F821
+    rewards=snakemake.params.rewards,  # noqa: F821
 )

@@ -13,4 +13,5 @@ run_job(
     marker_path=snakemake.input.marker,  # noqa: F821
     evaluations=list(snakemake.input.evaluations),  # noqa: F821
     record_path=snakemake.output.record,  # noqa: F821
+    card=snakemake.params.card,  # noqa: F821
 )

@@ -47,7 +47,36 @@ def boxed_ground_truth(solution: str) -> str | None:
     return extract_boxed_answer(solution)
 
 
-GROUND_TRUTH = {"gsm8k": gsm8k_ground_truth, "boxed": boxed_ground_truth, "plain": lambda v: v.strip() or None}
+_MATH_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+
+
+def _strip_math_delimiters(text: str) -> str:
+    text = text.strip()
+    for left, right in _MATH_DELIMITERS:
+        if len(text) > len(left) + len(right) and text.startswith(left) and text.endswith(right):
+            return text[len(left) : -len(right)].strip()
+    return text
+
+
+def answer_list_ground_truth(value) -> str | None:
+    """A list of final answers (OlympiadBench's ``final_answer``: one LaTeX string in ``$...$`` per answer of the
+    problem): one answer as itself, several as one comma-separated list, which the verifier compares as the
+    list of all solutions. A plain string is read as a one-element list."""
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    parts = [_strip_math_delimiters(str(v)) for v in items if v is not None and str(v).strip()]
+    return ", ".join(p for p in parts if p) or None
+
+
+def _plain(value) -> str | None:
+    return str(value).strip() or None
+
+
+GROUND_TRUTH = {
+    "gsm8k": lambda v: gsm8k_ground_truth(str(v)),
+    "boxed": lambda v: boxed_ground_truth(str(v)),
+    "plain": _plain,
+    "answer_list": answer_list_ground_truth,
+}
 
 
 # ---- splits -------------------------------------------------------------------------------------------------
@@ -67,6 +96,8 @@ def _carve(indices: list[int], carve: dict, total: int) -> tuple[list[int], list
 def split_indices(spec: dict, source_sizes: dict[str, int]) -> dict[str, tuple[str, list[int]]]:
     """For each split: (the source file it is read from, the row indices in that file)."""
     out = {s: (s, list(range(n))) for s, n in source_sizes.items()}
+    if "train" not in out:  # a test-only dataset (a benchmark): nothing to carve from
+        return out
     train = out["train"][1]
     for split in ("test", "val"):  # test first: the validation carve never eats held-out test rows
         carve = spec.get("validation" if split == "val" else "test")
@@ -116,7 +147,7 @@ def build_rows(
         if response is None or (isinstance(response, str) and not response.strip()):
             dropped["empty_response"] += 1
             continue
-        truth = extract(str(response))
+        truth = extract(response)
         if truth is None:
             if fmt == "gsm8k":
                 raise DataError(

@@ -20,7 +20,9 @@ from grpoflow.io import atomic_path, atomic_write_json, atomic_write_jsonl, sha2
 log = logging.getLogger(__name__)
 
 
-def download_dataset(name: str, spec: dict, manifest_path: str) -> dict:
+def download_dataset(name: str, spec: dict, manifest_path: str, endpoint: str | None = None) -> dict:
+    """Fetch dataset ``name`` (its resolved config ``spec``) and write ``manifest_path`` last. ``endpoint``: another
+    Hub than ``HF_ENDPOINT``'s (the tests' stand-in)."""
     out_dir = Path(manifest_path).parent
     out_dir.mkdir(parents=True, exist_ok=True)
     where = f"datasets.{name}"
@@ -30,7 +32,7 @@ def download_dataset(name: str, spec: dict, manifest_path: str) -> dict:
     elif source == "local":
         files, origin = _local(spec["local"], out_dir, where)
     else:
-        files, origin = _hub(spec["hub"], out_dir, where, name)
+        files, origin = _hub(spec["hub"], out_dir, where, name, endpoint)
     manifest = {"dataset": name, "source": source, "origin": origin, "files": {}}
     for split, path in sorted(files.items()):
         what = f"{where} {split} file"
@@ -84,23 +86,37 @@ def _local(spec: dict, out_dir: Path, where: str):
     return files, {"local_files": origin}
 
 
-def _hub(spec: dict, out_dir: Path, where: str, name: str):
+def _snapshot_of(cached: str) -> Path:
+    """The snapshot folder (``.../snapshots/<commit>``) a file of the HF cache lies in."""
+    snapshot = Path(cached).parent
+    while snapshot.parent.name != "snapshots" and snapshot != snapshot.parent:
+        snapshot = snapshot.parent
+    return snapshot
+
+
+def _hub(spec: dict, out_dir: Path, where: str, name: str, endpoint: str | None = None):
     from huggingface_hub import hf_hub_download, snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
 
     repo, rtype, rev = spec["repo_id"], spec["repo_type"], spec["revision"]
     try:
-        if spec.get("filename"):
-            cached = hf_hub_download(repo, spec["filename"], repo_type=rtype, revision=rev)
-            snapshot = Path(cached).parent
-            while snapshot.parent.name != "snapshots" and snapshot != snapshot.parent:
-                snapshot = snapshot.parent
-            found = {"train": [Path(cached)]}
+        if spec.get("filename") or spec.get("files"):
+            wanted = spec.get("files") or {"train": spec["filename"]}
+            cached = {
+                split: hf_hub_download(repo, path, repo_type=rtype, revision=rev, endpoint=endpoint)
+                for split, path in sorted(wanted.items())
+            }
+            snapshot = _snapshot_of(next(iter(cached.values())))
+            found = {split: [Path(p)] for split, p in cached.items()}
         else:
             prefix = f"{spec['config']}/" if spec.get("config") else ""
             snapshot = Path(
                 snapshot_download(
-                    repo, repo_type=rtype, revision=rev, allow_patterns=[f"{prefix}*"] if prefix else None
+                    repo,
+                    repo_type=rtype,
+                    revision=rev,
+                    allow_patterns=[f"{prefix}*"] if prefix else None,
+                    endpoint=endpoint,
                 )
             )
             found = {
@@ -121,6 +137,7 @@ def _hub(spec: dict, out_dir: Path, where: str, name: str):
         "resolved_commit": commit,
         "config": spec.get("config"),
         "filename": spec.get("filename"),
+        "files": spec.get("files"),
         "hub_files": {s: [str(p.relative_to(snapshot)) if commit else p.name for p in ps] for s, ps in found.items()},
     }
 
@@ -153,7 +170,10 @@ def _find_split_files(snapshot: Path, prefix: str, split: str, where: str) -> li
 
 def _offline_message(spec: dict, where: str, name: str, exc: Exception) -> str:
     repo = spec["repo_id"]
-    if spec.get("filename"):
+    if spec.get("files"):
+        splits = ", ".join(f"local.{s}: <{p.rsplit('/', 1)[-1]}>" for s, p in sorted(spec["files"].items()))
+        placement = f"download {', '.join(sorted(spec['files'].values()))} from {repo} and set {where}.source: local with {splits}"
+    elif spec.get("filename"):
         placement = f"download {spec['filename']} from {repo} and set {where}.source: local with {where}.local.path: <that file>"
     else:
         splits = ", ".join(f"local.{s}: <{s}.jsonl>" for s in spec["splits"])

@@ -1,6 +1,7 @@
 """Benchmarks as lists of problems: chat messages to ask + the ground truth to verify against.
 
-Two sources (``evaluation.benchmarks.<name>``):
+Two sources (``evaluation.benchmarks.<name>``; a ``builtin`` benchmark is a dataset benchmark once the config
+is resolved, ``grpoflow.evaluation.registry``):
 
 - ``dataset`` + ``split``: the converted verl Parquet (``results/data/{dataset}/{split}.parquet``), whose
   ``prompt`` messages are exactly what training used. A benchmark ``prompt`` override re-renders them from
@@ -12,8 +13,9 @@ Two sources (``evaluation.benchmarks.<name>``):
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from grpoflow.data.convert import GROUND_TRUTH
 from grpoflow.data.convert import _prompt_messages as prompt_messages
@@ -30,6 +32,7 @@ class Problem:
     id: str | None
     messages: list[dict]
     ground_truth: str
+    meta: dict = field(default_factory=dict)  # the benchmark's `breakdown` columns of the source row
 
 
 def load_benchmark(name: str, spec: dict, path: str) -> list[Problem]:
@@ -37,7 +40,7 @@ def load_benchmark(name: str, spec: dict, path: str) -> list[Problem]:
     where = f"evaluation.benchmarks.{name}"
     rows = read_records(path, what=where)
     if "dataset" in spec:
-        problems = _from_dataset(rows, where, path, spec.get("prompt"))
+        problems = _from_dataset(rows, where, path, spec.get("prompt"), spec.get("breakdown") or [])
     else:
         problems = _from_file(rows, where, path, spec, spec.get("prompt"))
     if spec.get("limit"):
@@ -60,7 +63,9 @@ def benchmark_source(name: str, spec: dict, path: str) -> dict:
     return src
 
 
-def _from_dataset(rows: list[dict], where: str, path: str, override: dict | None) -> list[Problem]:
+def _from_dataset(
+    rows: list[dict], where: str, path: str, override: dict | None, breakdown: list[str]
+) -> list[Problem]:
     label = f"{where} ({path})"
     require_columns(
         rows,
@@ -84,10 +89,26 @@ def _from_dataset(rows: list[dict], where: str, path: str, override: dict | None
             messages = prompt_messages(override, question)
         else:
             messages = [{"role": m["role"], "content": m["content"]} for m in row["prompt"]]
+        original = _original(extra) if breakdown else {}
         problems.append(
-            Problem(index=i, id=_id(extra.get("id"), extra.get("index")), messages=messages, ground_truth=str(truth))
+            Problem(
+                index=i,
+                id=_id(extra.get("id"), extra.get("index")),
+                messages=messages,
+                ground_truth=str(truth),
+                meta={k: original.get(k) for k in breakdown},
+            )
         )
     return problems
+
+
+def _original(extra: dict) -> dict:
+    """The source row convert_to_parquet kept (``extra_info.original``, JSON)."""
+    try:
+        original = json.loads(extra.get("original") or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return original if isinstance(original, dict) else {}
 
 
 def _from_file(rows: list[dict], where: str, path: str, spec: dict, prompt: dict | None) -> list[Problem]:
@@ -101,10 +122,10 @@ def _from_file(rows: list[dict], where: str, path: str, spec: dict, prompt: dict
         question, answer = row.get(pkey), row.get(akey)
         if answer is None or not str(answer).strip():
             raise DataError(f"{label}: row {i + 1} has an empty {akey!r}: every benchmark problem needs an answer")
-        truth = extract(str(answer))
+        truth = extract(answer)
         if truth is None:
             raise DataError(
-                f"{label}: row {i + 1}: cannot read a {fmt} answer from column {akey!r} ({str(answer)[:40]!r}): set {where}.format (plain, gsm8k or boxed)"
+                f"{label}: row {i + 1}: cannot read a {fmt} answer from column {akey!r} ({str(answer)[:40]!r}): set {where}.format (plain, gsm8k, boxed or answer_list)"
             )
         if isinstance(question, list) and all(isinstance(m, dict) and "role" in m for m in question):
             messages = [{"role": m["role"], "content": m["content"]} for m in question]
@@ -114,7 +135,8 @@ def _from_file(rows: list[dict], where: str, path: str, spec: dict, prompt: dict
             raise DataError(
                 f"{label}: row {i + 1}: column {pkey!r} is neither a question string nor a list of chat messages"
             )
-        problems.append(Problem(index=i, id=_id(row.get("id"), None), messages=messages, ground_truth=truth))
+        meta = {k: row.get(k) for k in spec.get("breakdown") or []}
+        problems.append(Problem(index=i, id=_id(row.get("id"), None), messages=messages, ground_truth=truth, meta=meta))
     return problems
 
 

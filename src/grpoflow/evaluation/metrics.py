@@ -99,6 +99,8 @@ def aggregate(scored: list[list[dict]]) -> dict:
                 pass_at_k(len(per), sum(s["correct"] for s in per), k) for per in scored
             )
         metrics[f"maj@{samples}"] = statistics.fmean(majority_correct(per) for per in scored)
+        # avg@n (lighteval's name; "pass@1" over n samples in DeepSeek-R1's tables): the mean accuracy.
+        metrics[f"avg@{samples}"] = metrics["accuracy"]
     return {
         "n_problems": n_problems,
         "samples_per_problem": samples,

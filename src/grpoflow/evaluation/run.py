@@ -19,6 +19,30 @@ Samples JSONL, one line per completion, in benchmark order::
 
     index, id, sample, prompt (the rendered chat text), ground_truth, response, response_tokens,
     finish_reason, truncated, extracted, found, source, correct, partial, format_ok, reason
+    (+ meta: the benchmark's `breakdown` columns, when it has one)
+
+The report pairs models problem by problem from these files (``grpoflow.evaluation.compare``), so every
+backend must write them whole: one record per completion, every problem with the same number of samples.
+
+Generation backends
+-------------------
+``BACKENDS`` maps ``evaluation.backend`` to a module imported only when chosen. A backend module provides::
+
+    generate(source: ModelSource, tokenizer, prompt_ids: list[list[int]], gen: Generation,
+             stop_ids: list[int], *, threads: int | None = None, vllm_cfg: dict | None = None, **_)
+        -> (completions: list[list[Completion]], info: dict)
+
+- ``prompt_ids``: the prompts as token ids, rendered and tokenized here with the model's chat template (the
+  backend never renders prompts, so every backend sees the same tokens);
+- ``gen``: the resolved decoding (``Generation``: greedy when ``temperature == 0``, ``samples`` completions per
+  prompt, ``max_new_tokens``, ``seed``, ``top_p``/``top_k`` with -1 = off);
+- return ``completions[i]``: exactly ``gen.samples`` ``Completion``s for prompt i, in prompt order, made with
+  ``grpoflow.evaluation.generation.completion_from_ids`` (cut at the first stop id, decoded with
+  ``skip_special_tokens``, ``finish_reason`` "length" when ``max_new_tokens`` was reached);
+- ``info``: ``generate_s`` (seconds spent generating; popped for ``timing``) plus anything worth recording
+  under ``generation`` (device, dtype, engine settings, versions).
+
+Scoring, metrics, both output files and their format are this module's, whatever the backend.
 """
 
 from __future__ import annotations
@@ -31,13 +55,15 @@ from grpoflow.errors import DataError
 from grpoflow.evaluation.benchmarks import benchmark_data_path, benchmark_source, load_benchmark
 from grpoflow.evaluation.generation import encode_prompts, load_tokenizer, render_prompts, resolve_model, stop_token_ids
 from grpoflow.evaluation.metrics import aggregate, score_completion
-from grpoflow.evaluation.settings import generation_settings
+from grpoflow.evaluation.settings import benchmark_settings, chat_template_kwargs, generation_settings
 from grpoflow.io import atomic_write_json, atomic_write_jsonl
 from grpoflow.provenance import provenance
 
 log = logging.getLogger(__name__)
 
 BACKENDS = {"transformers": "grpoflow.evaluation.hf_backend", "vllm": "grpoflow.evaluation.vllm_backend"}
+# Above this fraction of completions cut at max_new_tokens, the job (and the report) warns.
+TRUNCATION_WARNING = 0.05
 
 
 def evaluate(
@@ -52,7 +78,9 @@ def evaluate(
     samples_path: str,
     threads: int | None = None,
 ) -> dict:
-    """Evaluate ``model`` (an entry of the resolved config's ``models``) on ``benchmark``; write both files."""
+    """Evaluate ``model`` (an entry of the resolved config's ``models``) on ``benchmark``; write both files.
+    ``settings``: the evaluation-wide settings; the benchmark's own decoding keys win over them."""
+    settings = benchmark_settings(settings, benchmark)
     gen = generation_settings(settings)
     backend_name = settings.get("backend", "transformers")
     source = resolve_model(model_name, model, inputs)
@@ -72,7 +100,7 @@ def evaluate(
 
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(source)
-    template_kwargs = dict(settings.get("chat_template_kwargs") or {})
+    template_kwargs = chat_template_kwargs(settings)
     texts = render_prompts(tokenizer, [p.messages for p in problems], template_kwargs)
     prompt_ids = encode_prompts(tokenizer, texts)
     stops = stop_token_ids(tokenizer, source)
@@ -111,6 +139,7 @@ def evaluate(
                     "partial": s["partial"],
                     "format_ok": s["format_ok"],
                     "reason": s["reason"],
+                    **({"meta": problem.meta} if problem.meta else {}),
                 }
             )
         scored.append(per)
@@ -145,6 +174,14 @@ def evaluate(
     atomic_write_jsonl(samples_path, records)
     atomic_write_json(metrics_path, result)
     m = summary["metrics"]
+    if m["truncation_rate"] > TRUNCATION_WARNING:
+        log.warning(
+            "%s on %s: %.1f%% of completions hit max_new_tokens (%d): accuracy measures the token limit too; raise max_new_tokens",
+            model_name,
+            benchmark_name,
+            100 * m["truncation_rate"],
+            gen.max_new_tokens,
+        )
     log.info(
         "%s on %s: accuracy %.4f ± %.4f, format %.4f, partial %.4f, no answer %.4f, truncated %.4f, mean tokens %.1f (%.2f problems/s)",
         model_name,

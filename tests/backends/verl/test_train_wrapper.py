@@ -295,6 +295,17 @@ def test_metrics_collect_skips_a_torn_last_line(tmp_path):
     assert vm.collect([f], 4) == [{"step": 1, "reward": 0.5, "reward/cosine": 0.25}]
 
 
+def test_validation_metrics_of_a_step_land_in_its_row():
+    """verl's names for a validation at a training step (ray_trainer._validate: val-core/<source>/acc/mean@n)."""
+    data = {
+        "critic/score/mean": 0.5,
+        "val-core/grpoflow/gsm8k/acc/mean@1": 0.62,
+        "val-aux/grpoflow/gsm8k/reward/mean@1": 0.7,
+        "val-aux/grpoflow/gsm8k/acc/std@1": 0.1,
+    }
+    assert vm.to_project(10, data) == {"step": 10, "reward": 0.5, "val_accuracy": 0.62, "val_reward": 0.7}
+
+
 # ---- checkpoints belong to their settings; rotation across attempts ---------------------------------------------
 # Layouts as verl writes them (global_step_N/actor/fsdp_config.json, global_step_N/data.pt, the latest file): what
 # the wrapper reads. Genuine shards are not needed to decide whose checkpoints they are.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -53,9 +54,22 @@ def read_verl_log(path: str | os.PathLike) -> dict[int, dict[str, Any]]:
     return steps
 
 
+# verl's validation (trainer.test_freq, and the last step) logs, per data source (grpoflow's hold a slash), `val-core/<source>/acc/mean@<n>`
+# (the reward's "acc" extra, grpoflow's verdict) and `val-aux/<source>/reward/mean@<n>` with that step's record.
+VALIDATION = (
+    (re.compile(r"^val-core/.+/acc/mean@\d+$"), "val_accuracy"),
+    (re.compile(r"^val-aux/.+/reward/mean@\d+$"), "val_reward"),
+)
+
+
 def to_project(step: int, data: dict[str, Any]) -> dict[str, Any]:
-    """verl's metrics of one step as a train_metrics.jsonl row (METRICS, plus any reward/<f>/mean -> reward/<f>)."""
+    """verl's metrics of one step as a train_metrics.jsonl row (METRICS, plus any reward/<f>/mean -> reward/<f>,
+    and the validation accuracy/reward of a step that validated)."""
     row = map_metrics(step, data, METRICS)
+    for pattern, key in VALIDATION:
+        value = next((v for k, v in sorted(data.items()) if pattern.match(k) and number(v) is not None), None)
+        if value is not None:
+            row[key] = value
     for src, value in data.items():  # per-component rewards, if a reward module logs them
         if (
             src.startswith("reward/")

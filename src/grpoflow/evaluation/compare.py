@@ -1,0 +1,331 @@
+"""Deciding between models from the per-sample files evaluation already wrote (no regeneration).
+
+Two models evaluated on the same problems are compared *paired*, problem by problem, which is far more
+sensitive than comparing two accuracies with their separate standard errors:
+
+- ``paired(model, base)``: Δ = accuracy(model) − accuracy(base) with a seeded paired bootstrap 95 % interval
+  (problems resampled with replacement; with k > 1 samples per problem a problem's samples stay together, i.e.
+  a cluster bootstrap over problems), the problems gained (↑: the model does better on them) and lost (↓), and a
+  two-sided p-value: the exact McNemar test (binomial on the discordant problems) when both sides have one
+  completion per problem, else a sign-flip permutation test on the per-problem accuracy differences.
+- ``accuracy_interval``: Wilson's 95 % score interval for one model (k = 1), or the cluster bootstrap's (k > 1:
+  the k samples of a problem are not independent draws).
+- ``holm``: Holm's step-down adjustment over the comparisons of one benchmark.
+- ``minimum_detectable_effect``: the smallest difference a paired test at α = 0.05 finds with 80 % power, given
+  the number of problems and how often two models disagree on a problem.
+- ``seed_spread``: mean, SD, min–max and a t-interval over the seeds of one configuration.
+- ``token_summary`` and ``paired_tokens``: response lengths and their paired change.
+
+Runs evaluated on different problem sets (another benchmark file, limit or split) are never paired: ``pair``
+raises ``DataError`` naming both files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from grpoflow.errors import DataError
+
+CONFIDENCE = 0.95
+ALPHA = 0.05
+POWER = 0.80
+BOOTSTRAP_RESAMPLES = 10_000
+PERMUTATION_RESAMPLES = 9_999
+BOOTSTRAP_SEED = 0
+_CHUNK = 1_000  # bootstrap resamples drawn at a time (memory: chunk × problems indices)
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """One model's per-sample results on one benchmark, problems in benchmark order.
+
+    ``keys``: what identifies each problem (index, id, ground truth); ``correct`` and ``tokens``: arrays of shape
+    (problems, samples per problem)."""
+
+    path: str
+    keys: tuple[tuple, ...]
+    correct: np.ndarray
+    tokens: np.ndarray
+    truncated: np.ndarray
+    records: tuple[tuple[dict, ...], ...] = ()
+
+    @property
+    def n(self) -> int:
+        return len(self.keys)
+
+    @property
+    def k(self) -> int:
+        return int(self.correct.shape[1])
+
+    @property
+    def per_problem(self) -> np.ndarray:
+        """Each problem's accuracy: the fraction of its samples that are correct."""
+        return self.correct.mean(axis=1)
+
+    @property
+    def accuracy(self) -> float:
+        return float(self.correct.mean())
+
+
+def read_outcomes(path: str, keep_records: bool = False) -> Outcomes:
+    """The ``.samples.jsonl`` file ``evaluate`` wrote, grouped by problem (``keep_records``: keep each record too,
+    for scoring rewards or a second grader on the completions)."""
+    by_problem: dict[int, list[dict]] = {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    raise DataError(f"{path}: line {lineno} is not valid JSON: rerun its evaluation") from None
+                by_problem.setdefault(int(rec["index"]), []).append(rec)
+    except FileNotFoundError:
+        raise DataError(f"{path} not found: the per-sample file of an evaluation; rerun it (snakemake -R evaluate)")
+    except (KeyError, TypeError, ValueError):
+        raise DataError(f"{path}: a record without an integer 'index': not a samples file of evaluate") from None
+    if not by_problem:
+        raise DataError(f"{path} has no samples: rerun its evaluation")
+    problems = [sorted(recs, key=lambda r: r.get("sample", 0)) for _, recs in sorted(by_problem.items())]
+    ks = {len(p) for p in problems}
+    if len(ks) != 1:
+        raise DataError(f"{path}: problems have different numbers of samples ({sorted(ks)}): rerun its evaluation")
+    return Outcomes(
+        path=path,
+        keys=tuple((p[0]["index"], p[0].get("id"), str(p[0].get("ground_truth"))) for p in problems),
+        correct=np.array([[bool(r["correct"]) for r in p] for p in problems], dtype=bool),
+        tokens=np.array([[int(r.get("response_tokens") or 0) for r in p] for p in problems], dtype=np.int64),
+        truncated=np.array([[bool(r.get("truncated")) for r in p] for p in problems], dtype=bool),
+        records=tuple(tuple(p) for p in problems) if keep_records else (),
+    )
+
+
+def check_same_problems(a: Outcomes, b: Outcomes) -> None:
+    """Refuse to pair evaluations of different problem sets (``DataError`` naming both files)."""
+    if a.keys == b.keys:
+        return
+    if a.n != b.n:
+        why = f"{a.n} vs {b.n} problems"
+    else:
+        i = next(i for i, (x, y) in enumerate(zip(a.keys, b.keys)) if x != y)
+        why = f"problem {i} differs: index/id/answer {a.keys[i]} vs {b.keys[i]}"
+    raise DataError(
+        f"cannot pair {a.path} with {b.path}: they were evaluated on different problem sets ({why}); rerun the older evaluation (snakemake -R evaluate)"
+    )
+
+
+# ---- intervals and tests --------------------------------------------------------------------------------------
+
+
+def wilson_interval(successes: float, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson's score interval for a binomial proportion (no continuity correction; scipy's
+    ``binomtest(...).proportion_ci(method="wilson")`` for whole counts). ``successes`` may be fractional (a
+    mean accuracy times the number of problems)."""
+    from scipy.stats import norm
+
+    if n <= 0:
+        raise ValueError("a proportion needs at least one trial")
+    z = float(norm.ppf(1 - (1 - confidence) / 2))
+    p, z2 = successes / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z / (1 + z2 / n) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def bootstrap_means(values: np.ndarray, seed: int = BOOTSTRAP_SEED, resamples: int = BOOTSTRAP_RESAMPLES) -> np.ndarray:
+    """Means of ``resamples`` resamples (with replacement) of the rows of ``values`` (per-problem numbers)."""
+    values = np.asarray(values, dtype=float)
+    n = len(values)
+    rng = np.random.default_rng(seed)
+    out = np.empty(resamples)
+    for start in range(0, resamples, _CHUNK):
+        size = min(_CHUNK, resamples - start)
+        out[start : start + size] = values[rng.integers(0, n, size=(size, n))].mean(axis=1)
+    return out
+
+
+def percentile_interval(draws: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(draws, [tail, 1 - tail])
+    return float(low), float(high)
+
+
+def accuracy_interval(o: Outcomes, seed: int = BOOTSTRAP_SEED) -> tuple[float, float, str]:
+    """95 % interval of a model's accuracy and the method: Wilson (one sample per problem), else the cluster
+    bootstrap over problems; when every problem has the same accuracy (e.g. all 0 %) the bootstrap has no spread
+    to resample, and Wilson over the problems (the mean accuracy as the proportion) stands in."""
+    if o.k == 1:
+        return (*wilson_interval(int(o.correct.sum()), o.n), "Wilson")
+    low, high = percentile_interval(bootstrap_means(o.per_problem, seed))
+    if low == high:
+        return (*wilson_interval(float(o.per_problem.sum()), o.n), "Wilson over problems")
+    return low, high, "cluster bootstrap"
+
+
+def mcnemar_exact(gained: int, lost: int) -> float:
+    """Two-sided exact McNemar p-value: the binomial test of ``gained`` of the discordant problems at 1/2."""
+    from scipy.stats import binomtest
+
+    if gained + lost == 0:
+        return 1.0
+    return float(binomtest(int(gained), int(gained + lost), 0.5).pvalue)
+
+
+def sign_flip_p(differences: np.ndarray, seed: int = BOOTSTRAP_SEED) -> float:
+    """Two-sided p-value of a paired permutation test: the mean difference against its distribution when each
+    problem's difference flips sign at random (exact enumeration when there are few problems)."""
+    from scipy.stats import permutation_test
+
+    d = np.asarray(differences, dtype=float)
+    d = d[d != 0]  # a zero difference flips to itself
+    if len(d) == 0:
+        return 1.0
+    res = permutation_test(
+        (d,),
+        np.mean,
+        permutation_type="samples",
+        n_resamples=PERMUTATION_RESAMPLES,
+        alternative="two-sided",
+        rng=np.random.default_rng(seed),
+    )
+    return float(min(1.0, res.pvalue))
+
+
+@dataclass(frozen=True)
+class Paired:
+    """A model against a reference model on the same problems."""
+
+    n: int  # problems
+    accuracy: float  # the model's
+    reference_accuracy: float
+    delta: float  # accuracy − reference accuracy
+    ci: tuple[float, float]  # paired bootstrap 95 % interval of delta
+    gained: int  # ↑ problems the model does better on
+    lost: int  # ↓ problems it does worse on
+    p_value: float
+    test: str  # "exact McNemar" | "sign-flip permutation"
+    second_moment: float  # mean squared per-problem difference (the MDE's variance term)
+
+    def as_dict(self) -> dict:
+        return {
+            "n": self.n,
+            "delta": self.delta,
+            "ci_low": self.ci[0],
+            "ci_high": self.ci[1],
+            "gained": self.gained,
+            "lost": self.lost,
+            "p_value": self.p_value,
+            "test": self.test,
+        }
+
+
+def paired(model: Outcomes, reference: Outcomes, seed: int = BOOTSTRAP_SEED) -> Paired:
+    check_same_problems(model, reference)
+    d = model.per_problem - reference.per_problem
+    gained, lost = int((d > 0).sum()), int((d < 0).sum())
+    if model.k == 1 and reference.k == 1:
+        p, test = mcnemar_exact(gained, lost), "exact McNemar"
+    else:
+        p, test = sign_flip_p(d, seed), "sign-flip permutation"
+    return Paired(
+        n=model.n,
+        accuracy=model.accuracy,
+        reference_accuracy=reference.accuracy,
+        # Means of per-problem accuracies: the benchmark accuracy of both sides (equal sample counts per problem).
+        delta=float(model.per_problem.mean() - reference.per_problem.mean()),
+        ci=percentile_interval(bootstrap_means(d, seed)),
+        gained=gained,
+        lost=lost,
+        p_value=p,
+        test=test,
+        second_moment=float(np.mean(d**2)),
+    )
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input order: the i-th smallest p times (m − i + 1), made
+    monotone, capped at 1."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def minimum_detectable_effect(n: int, second_moment: float, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The difference in accuracy a two-sided paired test at ``alpha`` detects with probability ``power``, for
+    ``n`` problems whose per-problem differences have mean square ``second_moment`` (one sample per problem:
+    the fraction of discordant problems). Normal approximation: (z₁₋α/₂ + z_power) · √(second_moment / n)."""
+    from scipy.stats import norm
+
+    return float((norm.ppf(1 - alpha / 2) + norm.ppf(power)) * math.sqrt(second_moment / n))
+
+
+# ---- seeds ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spread:
+    """One number measured once per seed."""
+
+    n: int
+    mean: float
+    sd: float | None  # sample SD (n − 1); None for a single seed
+    low: float
+    high: float
+    ci: tuple[float, float] | None  # t-interval of the mean over seeds; None for a single seed
+
+
+def seed_spread(values: list[float], confidence: float = CONFIDENCE) -> Spread:
+    from scipy.stats import t
+
+    x = np.asarray(values, dtype=float)
+    n = len(x)
+    if n == 0:
+        raise ValueError("no values")
+    mean = float(x.mean())
+    if n == 1:
+        return Spread(1, mean, None, mean, mean, None)
+    sd = float(x.std(ddof=1))
+    half = float(t.ppf(1 - (1 - confidence) / 2, n - 1)) * sd / math.sqrt(n)
+    return Spread(n, mean, sd, float(x.min()), float(x.max()), (mean - half, mean + half))
+
+
+# ---- tokens -----------------------------------------------------------------------------------------------------
+
+
+def token_summary(o: Outcomes) -> dict:
+    """Response lengths over all completions, on the correct ones, and per correct answer."""
+    tokens, correct = o.tokens.ravel(), o.correct.ravel()
+    n_correct = int(correct.sum())
+    return {
+        "mean": float(tokens.mean()),
+        "median": float(np.median(tokens)),
+        "p90": float(np.percentile(tokens, 90)),
+        "mean_correct": float(tokens[correct].mean()) if n_correct else None,
+        "per_correct": float(tokens.sum() / n_correct) if n_correct else None,
+        "truncation_rate": float(o.truncated.mean()),
+    }
+
+
+def paired_tokens(model: Outcomes, reference: Outcomes, seed: int = BOOTSTRAP_SEED) -> dict:
+    """Change in mean response tokens against ``reference`` on the same problems, with a paired bootstrap
+    interval (per-problem mean tokens), also as a fraction of the reference's mean."""
+    check_same_problems(model, reference)
+    d = model.tokens.mean(axis=1) - reference.tokens.mean(axis=1)
+    low, high = percentile_interval(bootstrap_means(d, seed))
+    base = float(reference.tokens.mean())
+    return {
+        "delta": float(d.mean()),
+        "ci_low": low,
+        "ci_high": high,
+        "relative": float(d.mean() / base) if base else None,
+    }

@@ -1,0 +1,196 @@
+"""Paired statistics of the report (grpoflow.evaluation.compare) against values computed by hand from their
+textbook formulas (binomial sums, Wilson's closed form, Holm's step-down, the t-interval), plus the properties
+that make a paired comparison trustworthy: seeded, cluster-aware, and never across different problem sets."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from grpoflow.errors import DataError
+from grpoflow.evaluation import compare
+
+Z975 = 1.959963984540054  # standard normal 0.975 quantile
+Z80 = 0.8416212335729143  # standard normal 0.80 quantile
+
+
+def outcomes(correct, tokens=None, keys=None, path="m.samples.jsonl") -> compare.Outcomes:
+    correct = np.array(correct, dtype=bool).reshape(len(correct), -1)
+    n = len(correct)
+    tokens = np.array(tokens if tokens is not None else [[10] * correct.shape[1]] * n, dtype=np.int64).reshape(n, -1)
+    keys = keys or tuple((i, str(i), "7") for i in range(n))
+    return compare.Outcomes(path, tuple(keys), correct, tokens, np.zeros_like(correct))
+
+
+def greedy_pair(gained: int, lost: int, both: int, neither: int):
+    """A model and its reference, one completion per problem, with the given cell counts of the 2x2 table."""
+    model = [1] * gained + [0] * lost + [1] * both + [0] * neither
+    ref = [0] * gained + [1] * lost + [1] * both + [0] * neither
+    return outcomes(model, path="model"), outcomes(ref, path="ref")
+
+
+def test_exact_mcnemar_is_the_binomial_sum_over_discordant_problems():
+    # The issue's example: +1.5 pts on 300 problems = 15 gained, 12 lost.
+    by_hand = 2 * sum(math.comb(27, i) for i in range(13)) / 2**27
+    assert compare.mcnemar_exact(15, 12) == pytest.approx(by_hand, rel=1e-12)
+    assert round(by_hand, 2) == 0.70
+    assert compare.mcnemar_exact(6, 1) == pytest.approx(2 * (1 + 7) / 2**7)  # 0.125
+    assert compare.mcnemar_exact(0, 0) == 1.0
+
+
+def test_paired_greedy_comparison_counts_gained_and_lost_problems():
+    model, ref = greedy_pair(gained=15, lost=12, both=200, neither=73)
+    p = compare.paired(model, ref)
+    assert (p.n, p.gained, p.lost, p.test) == (300, 15, 12, "exact McNemar")
+    assert p.delta == pytest.approx(3 / 300) and p.accuracy == pytest.approx(215 / 300)
+    assert p.reference_accuracy == pytest.approx(212 / 300)
+    assert p.p_value == pytest.approx(compare.mcnemar_exact(15, 12))
+    assert p.second_moment == pytest.approx(27 / 300)  # the fraction of discordant problems
+    low, high = p.ci
+    assert low < 0 < p.delta < high  # +1.0 pts with 27 discordant problems: the interval spans zero
+
+
+def test_wilson_interval_matches_its_closed_form():
+    k, n = 12, 20
+    phat, z2 = k / n, Z975**2
+    centre = (phat + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z975 / (1 + z2 / n) * math.sqrt(phat * (1 - phat) / n + z2 / (4 * n * n))
+    low, high = compare.wilson_interval(k, n)
+    assert (low, high) == pytest.approx((centre - half, centre + half), abs=1e-9)
+    assert (round(low, 4), round(high, 4)) == (0.3866, 0.7812)
+    # At 0 % Wilson still gives an upper bound (a standard error would say "0.0 % ± 0.0 %").
+    assert compare.wilson_interval(0, 128) == pytest.approx((0.0, z2 / (128 + z2)), abs=1e-9)
+    # Sampled, every problem at 0 %: no spread to bootstrap; Wilson over the 30 problems stands in.
+    low, high, how = compare.accuracy_interval(outcomes([[0] * 8] * 30))
+    assert (low, how) == (0.0, "Wilson over problems") and high == pytest.approx(z2 / (30 + z2))
+
+
+def test_holm_step_down_by_hand():
+    # sorted: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 = 0.04 -> monotone 0.06
+    assert compare.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert compare.holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert compare.holm([]) == []
+
+
+def test_minimum_detectable_effect_by_hand():
+    # 300 problems, 9 % of them discordant: (1.96 + 0.84) * sqrt(0.09 / 300) = 4.85 pts
+    mde = compare.minimum_detectable_effect(300, 27 / 300)
+    assert mde == pytest.approx((Z975 + Z80) * math.sqrt(0.09 / 300), rel=1e-9)
+    assert round(100 * mde, 1) == 4.9
+
+
+def test_bootstrap_interval_of_two_problems_is_enumerable():
+    # Resamples of 2 problems with differences {0, 1}: mean 0 (1/4), 0.5 (1/2), 1 (1/4): 2.5 % -> 0, 97.5 % -> 1.
+    a, b = outcomes([1, 1]), outcomes([1, 0])
+    assert compare.paired(a, b).ci == (0.0, 1.0)
+    # Every problem gained: no resample can say otherwise.
+    assert compare.paired(outcomes([1] * 5), outcomes([0] * 5)).ci == (1.0, 1.0)
+
+
+def test_bootstrap_is_seeded_and_reproducible():
+    rng = np.random.default_rng(3)
+    a, b = outcomes(rng.random(150) < 0.6), outcomes(rng.random(150) < 0.5)
+    assert compare.paired(a, b).ci == compare.paired(a, b).ci
+    d = a.per_problem - b.per_problem
+    assert np.array_equal(compare.bootstrap_means(d, seed=1), compare.bootstrap_means(d, seed=1))
+    assert not np.array_equal(compare.bootstrap_means(d, seed=1), compare.bootstrap_means(d, seed=2))
+
+
+def test_cluster_bootstrap_keeps_a_problems_samples_together():
+    """Repeating each completion k times adds no information: a cluster bootstrap over problems gives the same
+    interval (a bootstrap over completions would shrink it by about sqrt(k))."""
+    rng = np.random.default_rng(0)
+    m1, r1 = rng.random(60) < 0.7, rng.random(60) < 0.5
+    single = compare.paired(outcomes(m1), outcomes(r1))
+    repeated = compare.paired(outcomes(np.repeat(m1[:, None], 8, axis=1)), outcomes(np.repeat(r1[:, None], 8, axis=1)))
+    assert repeated.test == "sign-flip permutation"
+    assert repeated.ci == pytest.approx(single.ci) and repeated.delta == pytest.approx(single.delta)
+    assert (repeated.gained, repeated.lost) == (single.gained, single.lost)
+    lo, hi = compare.accuracy_interval(outcomes(np.repeat(m1[:, None], 8, axis=1)))[:2]
+    assert (hi - lo) > 0.15  # 60 problems: about ±0.12 around 0.7, not the ±0.04 of 480 "independent" samples
+
+
+def test_sign_flip_test_on_plus_minus_one_differences_is_the_exact_mcnemar_test():
+    # 7 discordant problems (6 up, 1 down): 2^7 sign patterns are enumerated exactly.
+    d = np.array([1, 1, 1, 1, 1, 1, -1, 0, 0], dtype=float)
+    assert compare.sign_flip_p(d) == pytest.approx(compare.mcnemar_exact(6, 1))
+
+
+def test_sampled_comparison_counts_problems_by_their_mean_accuracy():
+    model = outcomes([[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
+    ref = outcomes([[1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 1]])
+    p = compare.paired(model, ref)
+    assert (p.gained, p.lost) == (1, 1)
+    assert p.delta == pytest.approx((0.25 + 0 - 0.25) / 3)
+    assert p.second_moment == pytest.approx((0.25**2 + 0.25**2) / 3)
+
+
+def test_different_problem_sets_are_never_paired():
+    a = outcomes([1, 0, 1], path="results/a/eval/math500.samples.jsonl")
+    fewer = outcomes([1, 0], path="results/b/eval/math500.samples.jsonl")
+    with pytest.raises(
+        DataError, match=r"cannot pair .*a/eval.* with .*b/eval.*: .*different problem sets \(3 vs 2 problems\)"
+    ):
+        compare.paired(a, fewer)
+    other_answer = outcomes([1, 0, 1], keys=((0, "0", "7"), (1, "1", "8"), (2, "2", "7")), path="c")
+    with pytest.raises(DataError, match=r"problem 1 differs"):
+        compare.paired(a, other_answer)
+    with pytest.raises(DataError, match="different problem sets"):
+        compare.paired_tokens(a, fewer)
+
+
+def test_seed_spread_t_interval_by_hand():
+    s = compare.seed_spread([0.80, 0.79])
+    sd = math.sqrt(((0.80 - 0.795) ** 2 + (0.79 - 0.795) ** 2) / 1)
+    t975_1 = 12.706204736174698  # t quantile, 1 degree of freedom
+    assert (s.n, s.mean, s.low, s.high) == (2, pytest.approx(0.795), 0.79, 0.80)
+    assert s.sd == pytest.approx(sd)
+    assert s.ci == pytest.approx((0.795 - t975_1 * sd / math.sqrt(2), 0.795 + t975_1 * sd / math.sqrt(2)))
+    one = compare.seed_spread([0.7])
+    assert (one.sd, one.ci, one.mean) == (None, None, 0.7)
+
+
+def test_token_summary_and_paired_token_change():
+    o = outcomes([1, 0, 1, 0], tokens=[[10], [20], [30], [40]])
+    t = compare.token_summary(o)
+    # p90 by linear interpolation: position 0.9 * 3 = 2.7 -> 30 + 0.7 * 10
+    assert t == {
+        "mean": 25.0,
+        "median": 25.0,
+        "p90": pytest.approx(37.0),
+        "mean_correct": 20.0,
+        "per_correct": 50.0,
+        "truncation_rate": 0.0,
+    }
+    shorter = outcomes([1, 0, 1, 0], tokens=[[5], [15], [25], [35]])
+    d = compare.paired_tokens(shorter, o)
+    assert (d["delta"], d["ci_low"], d["ci_high"]) == (-5.0, -5.0, -5.0)
+    assert d["relative"] == pytest.approx(-0.2)
+    assert compare.token_summary(outcomes([0, 0]))["per_correct"] is None
+
+
+def test_read_outcomes_groups_samples_by_problem(tmp_path):
+    path = tmp_path / "m.samples.jsonl"
+    recs = [
+        {
+            "index": i,
+            "id": str(i),
+            "sample": s,
+            "ground_truth": "4",
+            "correct": (i + s) % 2 == 0,
+            "response_tokens": 3 + s,
+            "truncated": False,
+        }
+        for i in (1, 0)
+        for s in (1, 0)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    o = compare.read_outcomes(str(path))
+    assert o.keys == ((0, "0", "4"), (1, "1", "4")) and (o.n, o.k) == (2, 2)
+    assert o.correct.tolist() == [[True, False], [False, True]] and o.tokens.tolist() == [[3, 4], [3, 4]]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs[:3]))
+    with pytest.raises(DataError, match="different numbers of samples"):
+        compare.read_outcomes(str(path))
