@@ -6,6 +6,12 @@ from pathlib import Path
 
 import pytest
 from grpoflow_testing import REPO, load_yaml, make_workdir
+from hypothesis import settings
+
+# Property tests draw the same examples on every clone and machine: derandomized (examples from a fixed seed) and
+# no example database carried between runs. A test's own @settings may add to this, not undo it.
+settings.register_profile("grpoflow", derandomize=True, database=None, print_blob=True)
+settings.load_profile("grpoflow")
 
 
 @pytest.fixture
