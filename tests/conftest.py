@@ -68,3 +68,41 @@ def slurm_pipeline_run(local_slurm, tmp_path_factory):
     run.token = token
     yield run
     run.result()  # never leave it running past the session
+
+
+# ---- one tiny SFT start and one set of genuine verl checkpoints for every test folder that needs them -------------
+
+
+def _mergekit():
+    """tests/merge/mergekit.py, loaded by path (a conftest.py cannot import another folder's plain modules)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mergekit", REPO / "tests" / "merge" / "mergekit.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory, default_config) -> str:
+    """A tiny Qwen3 SFT start (weights, tokenizer with chat template, generation_config) built once per session
+    from the shipped GSM8K sample: the merge tests, the verl wrapper tests and the job-environment tests share it.
+    Read-only: copy it to change anything."""
+    return _mergekit().build_tiny_base(tmp_path_factory.mktemp("tinybase"), default_config)
+
+
+@pytest.fixture(scope="session")
+def verl_full_checkpoints(tmp_path_factory, tiny_base) -> dict:
+    """{step: checkpoints root} for steps 2, 3 and 4: genuine verl FSDP2 checkpoints of tiny_base (each root holds
+    that one step), all written by one torchrun. Read-only: copy a root to change anything."""
+    root = tmp_path_factory.mktemp("verl_full")
+    return _mergekit().write_checkpoints(
+        tiny_base, {s: root / f"step{s}" / "checkpoints" for s in (2, 3, 4)}, lora=False
+    )
+
+
+@pytest.fixture(scope="session")
+def verl_lora_checkpoint(tmp_path_factory, tiny_base):
+    """A genuine verl FSDP2 checkpoint of tiny_base with a LoRA adapter, at step 2 (read-only)."""
+    root = tmp_path_factory.mktemp("verl_lora") / "checkpoints"
+    return _mergekit().write_checkpoints(tiny_base, {2: root}, lora=True)[2]
