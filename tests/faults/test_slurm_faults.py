@@ -49,7 +49,7 @@ from grpoflow_testing import (
     submitted_jobs,
 )
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm_pipeline")]
 
 PROFILE_RETRIES = load_yaml(REPO / "profiles" / "slurm" / "config.yaml")["retries"]
 TIME_LIMIT_STEPS = 20

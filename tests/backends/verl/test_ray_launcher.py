@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from verlkit import REPO, job_state, leftover_ray, submit, wait_job
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 LAUNCHER = REPO / "src" / "grpoflow" / "backends" / "verl" / "ray_slurm.sh"
 PROBE = REPO / "tests" / "backends" / "verl" / "ray_probe.py"
