@@ -37,7 +37,11 @@ from grpoflow.provenance import provenance
 
 log = logging.getLogger(__name__)
 
-BACKENDS = {"transformers": "grpoflow.evaluation.hf_backend", "vllm": "grpoflow.evaluation.vllm_backend"}
+BACKENDS = {
+    "transformers": "grpoflow.evaluation.hf_backend",
+    "vllm": "grpoflow.evaluation.vllm_backend",
+    "tunix": "grpoflow.evaluation.tunix_backend",
+}
 
 
 def evaluate(

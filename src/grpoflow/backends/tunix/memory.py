@@ -307,7 +307,7 @@ def knobs(exp: dict, b: Estimate) -> list[str]:
     if b.peak.name == "update":
         if tunix["remat"] != "decoder":
             out.append("tunix.remat: decoder (keep only each layer's input)")
-        if not tunix["flash_attention"]:
+        if not tunix["flash_attention"] and tunix["rollout_engine"] == "vllm":
             out.append("tunix.flash_attention: true (no sequence² attention scores)")
         if b.mesh[1] < b.tpu.chips:
             out.append(f"a larger tunix.mesh.tp (now {b.mesh[1]}: activations and logits split over tp)")
