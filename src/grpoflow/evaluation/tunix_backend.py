@@ -148,7 +148,8 @@ def generate(
                 else {
                     "temperature": gen.temperature,
                     "top_p": gen.top_p,
-                    "top_k": None if gen.top_k < 0 else gen.top_k,
+                    # top-k at or above the vocabulary filters nothing (Tunix's jax.lax.top_k refuses k > vocab)
+                    "top_k": None if gen.top_k < 0 or gen.top_k >= cfg["vocab_size"] else gen.top_k,
                     "seed": gen.seed + b,
                 }
             )
