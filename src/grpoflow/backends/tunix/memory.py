@@ -28,10 +28,11 @@ rollout on one mesh, the vanilla rollout sharing the actor's weights), as read i
   weight) or ``fsdp`` > 1 (XLA gathers the weight), two layers and the embeddings/lm_head at a time; without remat
   the casts of every layer are kept for the backward as well.
 
-Per-token activation sizes are counted from the model code (``per_token_layer_bytes``) and agree with XLA's own
-buffer assignment of Tunix's loss + gradient compiled for CPU (benchmarks/tunix_memory.py; docs/backends.md). What
-the estimate cannot know, stated as constants below: libtpu's reserve, XLA's fusion and scheduling on TPU (XLA:CPU
-schedules recomputation early, so remat cannot be checked there), fragmentation. Not measured on a TPU here.
+Activation sizes per token are counted from the model code (``per_token_layer_bytes``); the attention-score and
+logit bytes are what XLA's buffer assignment of Tunix's loss + gradient compiled for CPU keeps (at Qwen3-8B's widths:
+benchmarks/tunix_memory.py, docs/backends.md). What the estimate cannot know, stated as constants below: libtpu's
+reserve, XLA's fusion and scheduling on a TPU (XLA:CPU schedules recomputation early, so remat cannot be checked
+there), fragmentation. Nothing here was measured on a TPU.
 """
 
 from __future__ import annotations
@@ -79,11 +80,10 @@ TPUS = {
 XLA_RESERVED_GIB = 0.75
 # Per chip outside the model: libtpu's program and constants, the sampler's token buffers, metrics. Estimate.
 RUNTIME_GIB = 0.5
-# Bytes per attention-score element per layer without flash attention, at bf16 compute: the scores in the
-# compute dtype, their float32 softmax (input and output) and the probabilities in the compute dtype that the
-# backward keeps. XLA:CPU's buffer assignment of Tunix's loss + gradient keeps 14.2 bytes per element
-# (benchmarks/tunix_memory.py; the hand count, 2 + 4 + 4 + 2 = 12, fuses one more temporary than XLA:CPU does).
-ATTENTION_SCORE_BYTES = {2: 14.2, 4: 20.0}
+# Bytes per attention-score element per layer without flash attention, by compute-dtype bytes: the scores, their
+# float32 softmax and the probabilities the backward keeps (hand count at bf16: 2 + 4 + 4 + 2 = 12). XLA:CPU's
+# buffer assignment of Tunix's loss + gradient keeps 14.9 at bf16 and 12.0 at float32 (benchmarks/tunix_memory.py).
+ATTENTION_SCORE_BYTES = {2: 14.9, 4: 12.0}
 # Bytes per logit element ([sequences, prompt + response, vocab / tp]) in the update: the float32 logits kept for
 # the backward (4), the compute-dtype logits of the lm_head (c) and the logits' float32 gradient (4, padded to the
 # whole sequence). XLA:CPU keeps exactly 10 at bf16 (benchmarks/tunix_memory.py). Forward only (reference
@@ -95,8 +95,7 @@ LOGIT_BYTES_FORWARD = 4
 def per_token_layer_bytes(arch: Architecture, c: int) -> int:
     """What one decoder layer of Tunix's Qwen3 keeps for the backward per token, without remat or attention
     scores (``c``: compute-dtype bytes): the two RMSNorms' float32 inputs and compute-dtype outputs, q/k/v, their
-    float32 q/k-norm inputs and the rotated q/k, the attention output, and the MLP's gate, up, silu(gate) and product.
-    XLA:CPU keeps 8% more (benchmarks/tunix_memory.py)."""
+    float32 q/k-norm inputs and the rotated q/k, the attention output, and the MLP's gate, up, silu(gate) and product."""
     d, q, kv, f = (
         arch.hidden_size,
         arch.num_attention_heads * arch.head_dim,
