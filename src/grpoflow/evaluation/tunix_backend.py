@@ -28,9 +28,9 @@ import logging
 import time
 
 from grpoflow.errors import DataError
-from grpoflow.evaluation.generation import Completion, ModelSource, completion_from_ids
+from grpoflow.evaluation.generation import Completion, ModelSource, completion_from_ids, warn_beyond_positions
 from grpoflow.evaluation.settings import Generation
-from grpoflow.progress import duration
+from grpoflow.progress import batch_line
 
 log = logging.getLogger(__name__)
 
@@ -101,15 +101,8 @@ def generate(
     fsdp, tp = mesh_shape(jax.device_count(), cfg["num_attention_heads"], cfg["num_key_value_heads"])
     mesh = jax.make_mesh((fsdp, tp), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
     pad = pick_pad_id(tokenizer, prompt_ids, stop_ids)
+    warn_beyond_positions(prompt_ids, gen.max_new_tokens, cfg.get("max_position_embeddings"))
     longest = max(len(p) for p in prompt_ids)
-    limit = cfg.get("max_position_embeddings")
-    if limit and longest + gen.max_new_tokens > limit:
-        log.warning(
-            "the longest prompt (%d tokens) + max_new_tokens (%d) exceeds the model's max_position_embeddings (%d): late tokens may degrade",
-            longest,
-            gen.max_new_tokens,
-            limit,
-        )
     per_call = gen.batch_size
     rows = -(-per_call * gen.samples // fsdp) * fsdp  # whole shards: the batch splits over fsdp
     t_load = time.perf_counter()
@@ -165,16 +158,7 @@ def generate(
                 results.append(
                     [_completion(tokenizer, out.tokens[j * gen.samples + k], stop_ids, gen) for k in range(gen.samples)]
                 )
-            done = start + len(batch)
-            spent = time.perf_counter() - t0
-            log.info(
-                "generated batch %d: %d/%d prompts, %.1f prompts/s, ETA %s",
-                b + 1,
-                done,
-                len(prompt_ids),
-                done / spent,
-                duration(spent / done * (len(prompt_ids) - done)),
-            )
+            log.info("%s", batch_line(b + 1, start + len(batch), len(prompt_ids), time.perf_counter() - t0))
         elapsed = time.perf_counter() - t0
     info = {
         "device": platform,

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from grpoflow.backends.verl.memory import GIB, LAYER_BACKWARD_FACTOR, Architecture, Phase, architecture
+from grpoflow.backends.verl.memory import GIB, LAYER_BACKWARD_FACTOR, Architecture, Breakdown, Phase, architecture
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 
@@ -119,30 +119,12 @@ def remat_kept_bytes(arch: Architecture, c: int, remat: str) -> int:
 
 
 @dataclass
-class Estimate:
-    """Per-chip HBM of each phase (GiB) for an experiment on a TPU."""
+class Estimate(Breakdown):
+    """Per-chip HBM of each phase (GiB) for an experiment on a TPU: verl's Breakdown (peak, margin, fits) with the TPU
+    and mesh; a TPU VM's host RAM is not modelled (``host_needed`` 0)."""
 
-    experiment: str
-    arch: str
     tpu: Tpu
     mesh: tuple[int, int]
-    phases: list[Phase]
-
-    @property
-    def capacity(self) -> float:
-        return self.tpu.usable_gib
-
-    @property
-    def peak(self) -> Phase:
-        return max(self.phases, key=lambda p: p.total)
-
-    @property
-    def margin(self) -> float:
-        return self.capacity - self.peak.total
-
-    @property
-    def fits(self) -> bool:
-        return self.margin >= 0
 
     def terms(self, phase: Phase | None = None) -> str:
         phase = phase or self.peak
@@ -264,7 +246,7 @@ def estimate(name: str, exp: dict, tpu: Tpu | None = None) -> Estimate | None:
     if not reference:
         phases = [ph for ph in phases if ph.name != "reference log-probs"]
     what = f"{arch.name}, {P / 1e9:.2f} B params, {source}, remat {remat}, flash attention {'on' if tunix['flash_attention'] else 'off'}"
-    return Estimate(name, what, tpu, (fsdp, tp), phases)
+    return Estimate(name, what, tpu.usable_gib, phases, 0.0, 0.0, tpu, (fsdp, tp))
 
 
 # ---- the config-load check and the dry-run line ------------------------------------------------------------------
