@@ -47,7 +47,7 @@ def pick_pad_id(tokenizer, prompt_ids: list[list[int]], stop_ids: list[int]) -> 
     )
 
 
-def mesh_shape(devices: int, heads: int, kv_heads: int) -> tuple[int, int]:
+def sampling_mesh(devices: int, heads: int, kv_heads: int) -> tuple[int, int]:
     """(fsdp, tp): tp the largest divisor of ``devices`` that divides both head counts."""
     tp = max(t for t in range(1, devices + 1) if devices % t == 0 and kv_heads % t == 0 and heads % t == 0)
     return devices // tp, tp
@@ -98,7 +98,7 @@ def generate(
     platform = jax.devices()[0].platform
     dtype = "bfloat16" if platform == "tpu" else "float32"
     cfg = qwen3.hf_config(source.path)
-    fsdp, tp = mesh_shape(jax.device_count(), cfg["num_attention_heads"], cfg["num_key_value_heads"])
+    fsdp, tp = sampling_mesh(jax.device_count(), cfg["num_attention_heads"], cfg["num_key_value_heads"])
     mesh = jax.make_mesh((fsdp, tp), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
     pad = pick_pad_id(tokenizer, prompt_ids, stop_ids)
     warn_beyond_positions(prompt_ids, gen.max_new_tokens, cfg.get("max_position_embeddings"))

@@ -274,10 +274,10 @@ def check(name: str, exp: dict, fail) -> None:
     b = estimate(name, exp, tpu)
     if b is None or b.fits or not exp["checks"]["tpu_memory"]:
         return
+    fixes = "; ".join([*knobs(exp, b), "or checks.tpu_memory: false if you know better"])
     fail(
         f"tunix.tpu = {tpu.name}: the estimated HBM peak per chip at {b.peak.name} is {b.peak.total:.1f} GiB of "
-        f"{b.capacity:.2f} ({b.terms()}; {b.arch}); {'; '.join(knobs(exp, b))}; or checks.tpu_memory: false if you "
-        "know better"
+        f"{b.capacity:.2f} ({b.terms()}; {b.arch}); {fixes}"
     )
 
 
