@@ -41,6 +41,7 @@ rule train_grpo:
         cpus_per_task=lambda wc: train_resources(wc)["cpus_per_task"],
         mem_mb=lambda wc: train_resources(wc)["mem_mb"],
         runtime=lambda wc: train_resources(wc)["runtime"],
+        tpu=experiment_tpu,
     params:
         # A function of the wildcards only: Snakemake ignores params that take input/output when it decides
         # reruns, and a changed training setting must rerun training.
