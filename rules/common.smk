@@ -82,6 +82,21 @@ def evaluation_container(wildcards):
     return _deploy.container(config, evaluation_plane())
 
 
+# One process at a time can hold a TPU: Tunix training and Tunix evaluation (the jobs that open the accelerator; a
+# Tunix merge exports on the host CPU) each take the whole `tpu` resource, so Snakemake never runs two at once. Its
+# limit is 1 unless --resources tpu=N says otherwise.
+if "tpu" not in workflow.global_resources:
+    workflow.register_resource("tpu", 1)
+
+
+def experiment_tpu(wildcards):
+    return 1 if exp(wildcards)["backend"] == "tunix" else 0
+
+
+def evaluation_tpu():
+    return 1 if CFG.evaluation["backend"] == "tunix" else 0
+
+
 # ---- data ---------------------------------------------------------------------------------------------------
 
 
@@ -212,11 +227,13 @@ from grpoflow.report import experiment_summary as _experiment_summary
 from grpoflow.report import samples_path
 from grpoflow.report import seed_groups as _seed_groups
 from grpoflow.backends.verl.memory import summary as _training_summary
+from grpoflow.backends.tunix.memory import summary as _tunix_summary
 
 
 def print_training_summaries():
     """Each verl experiment's GPU-memory estimate and what a time limit costs
-    (grpoflow.backends.verl.memory.summary), one line each on stderr when the config loads: so `snakemake -n -p`
+    (grpoflow.backends.verl.memory.summary), and each tunix experiment's HBM estimate for its tunix.tpu
+    (grpoflow.backends.tunix.memory.summary), one line each on stderr when the config loads: so `snakemake -n -p`
     shows them above the jobs (and `--dag` output on stdout stays a graph). Not a param or message: editing the estimate's constants must not retrain, and the
     usual listing of train_grpo jobs stays. Only the main process prints: the jobs' own Snakemake does not."""
     if not workflow.is_main_process:
@@ -224,6 +241,8 @@ def print_training_summaries():
     for name, e in CFG.experiments.items():
         if e["backend"] == "verl":
             print(f"grpoflow: {_training_summary(name, e)}", file=sys.stderr)
+        elif e["backend"] == "tunix" and e["tunix"]["tpu"]:
+            print(f"grpoflow: {_tunix_summary(name, e)}", file=sys.stderr)
 
 
 def check_node_shapes():

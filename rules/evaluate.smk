@@ -20,13 +20,14 @@ rule evaluate:
         cpus_per_task=CFG.evaluation["resources"]["cpus_per_task"],
         mem_mb=CFG.evaluation["resources"]["mem_mb"],
         runtime=CFG.evaluation["resources"]["runtime"],
+        tpu=evaluation_tpu(),
     params:
         model=lambda wc: model_params(wc.model),
         benchmark=lambda wc: CFG.evaluation["benchmarks"][wc.benchmark],
         benchmark_file=lambda wc: file_fingerprint(benchmark_files(wc.benchmark)),
         benchmark_prompt=lambda wc: benchmark_prompt(wc.benchmark),
         settings=lambda wc: evaluation_settings(),
-        # vLLM needs the cluster env, the transformers backend runs in the local one (grpoflow.deployment).
+        # vLLM needs the cluster env, Tunix the tunix env, transformers runs in the local one (grpoflow.deployment).
         python=lambda wc: evaluation_python(),
         job=evaluate_job,
     shell:

@@ -42,6 +42,7 @@ rule train_grpo:
         mem_mb=lambda wc: train_resources(wc)["mem_mb"],
         # resources.runtime for the first attempt, resources.retry_runtime for the profile's retries.
         runtime=lambda wc, attempt: _attempt_runtime(exp(wc)["resources"], attempt),
+        tpu=experiment_tpu,
     params:
         # A function of the wildcards only: Snakemake ignores params that take input/output when it decides
         # reruns, and a changed training setting must rerun training.

@@ -14,8 +14,9 @@ Three planes:
     4. ``cluster_env.activate``: a shell prefix (``module load ...; source .../bin/activate``) run first, then ``python``;
     5. none of these: Snakemake's own interpreter. The job's environment check (grpoflow.envcheck) then stops it
        in seconds naming what is missing and these settings.
-- the *tunix* plane (``train_grpo`` and ``merge_checkpoint`` of ``backend: tunix`` experiments): Tunix + JAX, whose
-  pins (transformers) differ from verl's, so it has its own lock (requirements/tunix.lock). Picked the same way with
+- the *tunix* plane (``train_grpo`` and ``merge_checkpoint`` of ``backend: tunix`` experiments, ``evaluate`` with
+  ``evaluation.backend: tunix``): Tunix + JAX, whose pins (transformers) differ from verl's, so it has its own lock
+  (requirements/tunix.lock). Picked the same way with
   ``tunix_env`` (``python`` / ``activate`` / ``container``) and envs/tunix.yaml under ``--sdm conda``; with none of
   these, ``.venv-tunix/bin/python`` next to the Snakefile when ``make setup-tunix`` made it, else Snakemake's own
   interpreter (whose environment check then names what is missing).
@@ -102,7 +103,7 @@ def experiment_plane(exp: dict) -> str:
 
 
 def evaluation_plane(evaluation: dict) -> str:
-    return CLUSTER if evaluation.get("backend") == "vllm" else LOCAL
+    return {"vllm": CLUSTER, "tunix": TUNIX}.get(evaluation.get("backend"), LOCAL)
 
 
 def describe(envs: dict[str, JobEnv]) -> str:

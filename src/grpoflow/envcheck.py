@@ -6,7 +6,7 @@ import: milliseconds, no CUDA initialisation) and stop the job with one line nam
 settings that pick the environment. Every job logs which interpreter it runs under first, so a job log
 always says which environment ran it.
 
-    python -m grpoflow.envcheck train-verl|merge-verl|eval-vllm|train-tunix|merge-tunix   # by hand, e.g. under srun
+    python -m grpoflow.envcheck train-verl|merge-verl|eval-vllm|train-tunix|merge-tunix|eval-tunix   # by hand, e.g. under srun
 """
 
 from __future__ import annotations
@@ -78,12 +78,14 @@ NEEDS = {
     "eval-vllm": [(*VLLM, "evaluation.backend: vllm")],
     "train-tunix": [(*TUNIX, "backend: tunix"), (*JAX, "backend: tunix")],
     "merge-tunix": [(*TUNIX, "Tunix's Qwen3 and checkpoint manager"), (*ORBAX, "Tunix's checkpoints")],
+    "eval-tunix": [(*TUNIX, "evaluation.backend: tunix"), (*JAX, "evaluation.backend: tunix")],
 }
 JOB_NAMES = {
     "merge-verl": "merge_checkpoint (backend verl)",
     "eval-vllm": "evaluate (backend vllm)",
     "train-tunix": "train_grpo (backend tunix)",
     "merge-tunix": "merge_checkpoint (backend tunix)",
+    "eval-tunix": "evaluate (backend tunix)",
 }
 
 
@@ -98,7 +100,7 @@ def require(job: str, needs: list[tuple[str, str, str]], how_to_pick: str = HOW_
 
 def check(kind: str, overrides: dict[str, str] | None = None) -> None:
     """The check of one kind of job outside the local plane: train-verl (needs the trainer's overrides),
-    merge-verl, eval-vllm, train-tunix, merge-tunix."""
+    merge-verl, eval-vllm, train-tunix, merge-tunix, eval-tunix."""
     if kind == "train-verl":
         require("train_grpo (backend verl)", train_verl_needs(overrides or {}))
     elif kind in NEEDS:

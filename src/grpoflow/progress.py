@@ -25,6 +25,11 @@ def duration(seconds: float) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
+def batch_line(batch: int, done: int, total: int, spent: float) -> str:
+    """The line an evaluation backend logs after each batch of prompts (``batch`` counted from 1)."""
+    return f"generated batch {batch}: {done}/{total} prompts, {done / spent:.1f} prompts/s, ETA {duration(spent / done * (total - done))}"
+
+
 class StepProgress:
     """Formats the line for each step a trainer reports; ``total`` is ``grpo.total_steps``."""
 

@@ -88,7 +88,7 @@ def _merge_check(kw: dict) -> str | None:
 
 
 def _evaluate_check(kw: dict) -> str | None:
-    return "eval-vllm" if (kw.get("settings") or {}).get("backend") == "vllm" else None
+    return {"vllm": "eval-vllm", "tunix": "eval-tunix"}.get((kw.get("settings") or {}).get("backend"))
 
 
 SHELL_JOBS = {

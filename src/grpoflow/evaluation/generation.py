@@ -123,6 +123,18 @@ def stop_token_ids(tokenizer, source: ModelSource) -> list[int]:
     return sorted(set(ids))
 
 
+def warn_beyond_positions(prompt_ids: list[list[int]], max_new_tokens: int, limit: int | None) -> None:
+    """Log when the longest prompt plus ``max_new_tokens`` runs past the model's ``max_position_embeddings``."""
+    longest = max(len(p) for p in prompt_ids)
+    if limit and longest + max_new_tokens > limit:
+        log.warning(
+            "the longest prompt (%d tokens) + max_new_tokens (%d) exceeds the model's max_position_embeddings (%d): late tokens may degrade",
+            longest,
+            max_new_tokens,
+            limit,
+        )
+
+
 def pad_token_id(tokenizer, stop_ids: list[int]) -> int:
     if tokenizer.pad_token_id is not None:
         return int(tokenizer.pad_token_id)

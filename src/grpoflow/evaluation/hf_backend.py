@@ -11,9 +11,16 @@ import logging
 import time
 
 from grpoflow.errors import GrpoflowError
-from grpoflow.evaluation.generation import Completion, ModelSource, completion_from_ids, first_line, pad_token_id
+from grpoflow.evaluation.generation import (
+    Completion,
+    ModelSource,
+    completion_from_ids,
+    first_line,
+    pad_token_id,
+    warn_beyond_positions,
+)
 from grpoflow.evaluation.settings import Generation
-from grpoflow.progress import duration
+from grpoflow.progress import batch_line
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +58,7 @@ def generate(
     if threads:
         torch.set_num_threads(threads)
     model, device, dtype = load_model(source)
-    longest = max(len(p) for p in prompt_ids)
-    limit = getattr(model.config, "max_position_embeddings", None)
-    if limit and longest + gen.max_new_tokens > limit:
-        log.warning(
-            "the longest prompt (%d tokens) + max_new_tokens (%d) exceeds the model's max_position_embeddings (%d): late tokens may degrade",
-            longest,
-            gen.max_new_tokens,
-            limit,
-        )
+    warn_beyond_positions(prompt_ids, gen.max_new_tokens, getattr(model.config, "max_position_embeddings", None))
     pad = pad_token_id(tokenizer, stop_ids)
     kwargs = _decoding_kwargs(gen, stop_ids, pad)
     order = sorted(range(len(prompt_ids)), key=lambda i: (-len(prompt_ids[i]), i))
@@ -76,16 +75,7 @@ def generate(
         for j, i in enumerate(batch):
             rows = new[j * gen.samples : (j + 1) * gen.samples]
             results[i] = [completion_from_ids(tokenizer, row, stop_ids) for row in rows]
-        done = min(start + gen.batch_size, len(order))
-        spent = time.perf_counter() - t0
-        log.info(
-            "generated batch %d: %d/%d prompts, %.1f prompts/s, ETA %s",
-            b + 1,
-            done,
-            len(order),
-            done / spent,
-            duration(spent / done * (len(order) - done)),
-        )
+        log.info("%s", batch_line(b + 1, min(start + gen.batch_size, len(order)), len(order), time.perf_counter() - t0))
     elapsed = time.perf_counter() - t0
     info = {"device": device, "dtype": dtype, "torch_threads": torch.get_num_threads(), "generate_s": elapsed}
     return results, info  # type: ignore[return-value]

@@ -61,7 +61,11 @@ from grpoflow.provenance import provenance
 
 log = logging.getLogger(__name__)
 
-BACKENDS = {"transformers": "grpoflow.evaluation.hf_backend", "vllm": "grpoflow.evaluation.vllm_backend"}
+BACKENDS = {
+    "transformers": "grpoflow.evaluation.hf_backend",
+    "vllm": "grpoflow.evaluation.vllm_backend",
+    "tunix": "grpoflow.evaluation.tunix_backend",
+}
 # Above this fraction of completions cut at max_new_tokens, the job (and the report) warns.
 TRUNCATION_WARNING = 0.05
 

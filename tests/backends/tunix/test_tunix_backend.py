@@ -12,7 +12,7 @@ from grpoflow import backends, deployment
 from grpoflow.backends import tunix as tunix_backend
 from grpoflow.backends.tunix.runner import MetricRows, PromptBatches
 from grpoflow.config import deep_merge, resolve_config
-from grpoflow.errors import ConfigError
+from grpoflow.errors import ConfigError, DataError
 
 
 def test_tunix_is_a_registered_backend_with_the_common_interface():
@@ -41,7 +41,10 @@ def test_command_is_the_tunix_entry_point_with_only_training_settings(make_spec,
         "weight_decay": 0.0,
         "loss_agg_mode": "sequence-mean-token-mean",
         "offload_to_cpu": False,
-    }
+        "remat": "none",
+        "flash_attention": False,
+        "flash_attention_block_size": 256,
+    }  # tunix.tpu only feeds the config-load memory check: not in the command, so declaring it reruns nothing
 
 
 def _resolve(default_config, **exp):
@@ -159,3 +162,22 @@ def test_dry_run_names_the_tunix_interpreter(tmp_path):
     python = words[words.index("grpoflow.backends.tunix.train") - 2]
     # `make setup-tunix` built .venv-tunix next to the Snakefile (make test does): the jobs name it by path.
     assert python == str(REPO / ".venv-tunix" / "bin" / "python"), python
+
+
+def test_tunix_evaluation_mesh_and_pad_token():
+    """evaluation.backend: tunix splits heads over as many devices as divide them, and pads with a stop token that
+    no prompt holds (the sampler masks its pad id wherever it occurs, prompts included)."""
+    import types
+
+    from grpoflow.evaluation.tunix_backend import pick_pad_id, sampling_mesh
+
+    assert sampling_mesh(4, 32, 8) == (1, 4)  # v5p-8, Qwen3-8B
+    assert sampling_mesh(8, 32, 8) == (1, 8)  # v6e-8
+    assert sampling_mesh(8, 4, 2) == (4, 2)  # the demo's tiny model: 2 KV heads
+    assert sampling_mesh(1, 4, 2) == (1, 1)  # CPU
+    tok = types.SimpleNamespace(pad_token_id=5)
+    assert pick_pad_id(tok, [[1, 2], [3]], [5, 7]) == 5  # the tokenizer's pad, a stop token in no prompt
+    assert pick_pad_id(tok, [[1, 5], [3]], [5, 7]) == 7  # ... unless a prompt holds it
+    assert pick_pad_id(types.SimpleNamespace(pad_token_id=9), [[1]], [5, 7]) == 5  # a pad that is no stop token
+    with pytest.raises(DataError, match="every stop token"):
+        pick_pad_id(tok, [[5, 7]], [5, 7])

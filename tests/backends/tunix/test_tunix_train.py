@@ -220,3 +220,41 @@ def run_lora_logits(model_dir, spec, lora, tmp_path):
     step_dir = Path(spec["checkpoint_dir"]) / "actor" / "4"
     run_tunix(["-c", LORA_LOGITS, str(model_dir), str(step_dir), json.dumps(lora), json.dumps(IDS), str(out)])
     return np.load(out)
+
+
+# tunix.remat / flash_attention reach Tunix's ModelConfig; decoder and block remat give none's GRPO-loss gradient.
+REMAT = """
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+from flax import nnx
+from tunix.models.qwen3 import model as qm
+from tunix.rl import algo_core, common
+from tunix.rl.grpo import grpo_learner
+from grpoflow.backends.tunix import qwen3
+model_dir = sys.argv[1]
+cfg = qwen3.hf_config(model_dir)
+flash = qwen3.model_config(cfg, flash_attention=True, flash_attention_block_size=512)
+assert flash.use_flash_attention and flash.flash_attention_block_size == 512
+algo = grpo_learner.GRPOConfig(num_generations=2, beta=0.0, epsilon=0.2)
+algo.temperature = 0.7
+rng = np.random.default_rng(0)
+example = common.TrainExample(
+    prompt_ids=jnp.array(rng.integers(3, 40, (2, 8)), jnp.int32), prompt_mask=jnp.ones((2, 8), jnp.int32),
+    completion_ids=jnp.array(rng.integers(3, 40, (2, 8)), jnp.int32), completion_mask=jnp.ones((2, 8), jnp.int32),
+    advantages=jnp.array([1.0, -1.0]), ref_per_token_logps=None, old_per_token_logps=None)
+mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+grads = {}
+for remat in ("none", "block", "decoder"):
+    model = qwen3.load(model_dir, mesh, remat=remat)
+    assert model.config.remat_config == qm.RematConfig[qwen3.REMAT[remat]]
+    loss = lambda m: algo_core.grpo_loss_fn(m, example, algo, pad_id=0, eos_id=1)[0]
+    g = nnx.grad(loss)(model)
+    grads[remat] = np.concatenate([np.ravel(x) for x in jax.tree.leaves(nnx.state(g, nnx.Param))])
+print(json.dumps({k: float(np.abs(v - grads["none"]).max()) for k, v in grads.items()} | {"norm": float(np.abs(grads["none"]).max())}))
+"""
+
+
+def test_remat_and_flash_attention_reach_tunix_and_remat_changes_no_gradient(tiny_model):
+    out = json.loads(run_tunix(["-c", REMAT, tiny_model]).stdout.splitlines()[-1])
+    assert out["norm"] > 1e-3  # a gradient worth comparing
+    assert out["block"] < 1e-6 and out["decoder"] < 1e-6, out

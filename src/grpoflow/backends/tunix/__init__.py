@@ -9,7 +9,8 @@ Files:
   requirements/tunix.lock), the ``grpo.*`` -> Tunix mapping (``SETTINGS`` below), the metrics and the marker;
 - ``ckpt.py``: the checkpoint dir (Tunix's Orbax checkpoints ``actor/<step>``);
 - ``qwen3.py``: Hugging Face Qwen3 checkpoints <-> Tunix's Qwen3 (load; export to an HF model dir);
-- ``merge.py``: ``merge_checkpoint`` for this backend (an Orbax step -> an HF model dir).
+- ``merge.py``: ``merge_checkpoint`` for this backend (an Orbax step -> an HF model dir);
+- ``memory.py``: the HBM estimate per chip for a declared ``tunix.tpu`` (config load, ``snakemake -n``).
 
 Importing this package stays free of JAX/Tunix: the Snakefile imports it on every dry-run, in the environment that
 runs Snakemake, which does not hold Tunix.

@@ -15,9 +15,14 @@ from grpoflow.backends import common
 from grpoflow.config import WorkflowConfig, register_backend_check
 from grpoflow.errors import ConfigError
 
+# tunix.* keys that only feed config-load checks: not the trainer's business, so changing them reruns nothing.
+CHECK_ONLY = ("tpu",)
+
 
 def training_spec(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> dict:
-    return common.training_spec(cfg, experiment, inputs, outputs)
+    spec = common.training_spec(cfg, experiment, inputs, outputs)
+    spec["tunix"] = {k: v for k, v in spec["tunix"].items() if k not in CHECK_ONLY}
+    return spec
 
 
 def command(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> str:
@@ -26,9 +31,16 @@ def command(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -
 
 @register_backend_check("tunix")
 def check_tunix_experiment(name: str, exp: dict, cfg=None) -> None:
-    """What Tunix would only reject once the model is loaded."""
+    """What Tunix would only reject once the model is loaded, and the HBM estimate for a declared tunix.tpu
+    (grpoflow.backends.tunix.memory)."""
+    from grpoflow.backends.tunix import memory
+
     grpo, tunix = exp["grpo"], exp["tunix"]
     where = f"config error: experiments.{name}"
+
+    def fail(message: str) -> None:
+        raise ConfigError(f"{where}.{message}")
+
     if grpo["num_generations"] < 2:
         raise ConfigError(
             f"{where}.grpo.num_generations = {grpo['num_generations']}: Tunix's GRPOConfig needs at least 2 (GRPO compares completions within a prompt's group)"
@@ -41,3 +53,20 @@ def check_tunix_experiment(name: str, exp: dict, cfg=None) -> None:
             raise ConfigError(
                 f"{where}.tunix.param_dtype = bfloat16 with grpo.learning_rate = {lr:g}: AdamW steps of about {lr:g} are below half bf16's spacing at a typical weight (|w| {TYPICAL_WEIGHT}: {bf16_half_spacing(TYPICAL_WEIGHT):.1e}) and round to zero, so the run would not learn; use tunix.param_dtype: float32 (with compute_dtype: bfloat16), or set checks.allow_bf16_master_weights: true"
             )
+    if tunix["flash_attention"]:
+        if tunix["rollout_engine"] == "vanilla":
+            fail(
+                "tunix.flash_attention is true with tunix.rollout_engine: vanilla: Tunix 0.1.7's sampler runs its "
+                "prefill through the splash kernel without the padding mask, so every left-padded prompt attends to its "
+                "padding and the rollouts come from other prompts than the model is trained on; use tunix.remat: "
+                "decoder to save memory instead, or the vllm rollout"
+            )
+        block = tunix["flash_attention_block_size"]
+        for key in ("max_prompt_length", "max_response_length"):
+            if grpo[key] % block:
+                fail(
+                    f"grpo.{key} = {grpo[key]} is not a multiple of tunix.flash_attention_block_size = {block}: Tunix's "
+                    "splash attention needs whole blocks of the padded prompt and completion; change either, or set "
+                    "tunix.flash_attention: false"
+                )
+    memory.check(name, exp, fail)

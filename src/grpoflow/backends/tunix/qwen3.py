@@ -75,9 +75,22 @@ def rope_theta(cfg: dict) -> float:
     return float(theta)
 
 
-def model_config(cfg: dict, param_dtype: str = "float32", compute_dtype: str = "float32"):
+# tunix.remat -> Tunix's RematConfig member (tunix/models/qwen3/model.py): NONE, BLOCK (attention and MLP blocks),
+# DECODER (the whole decoder layer; remat_config=3 in Tunix's CLI examples).
+REMAT = {"none": "NONE", "block": "BLOCK", "decoder": "DECODER"}
+
+
+def model_config(
+    cfg: dict,
+    param_dtype: str = "float32",
+    compute_dtype: str = "float32",
+    remat: str = "none",
+    flash_attention: bool = False,
+    flash_attention_block_size: int = 256,
+):
     """Tunix's ``ModelConfig`` for an HF Qwen3 ``config.json`` (weights in ``param_dtype``, activations in
-    ``compute_dtype``)."""
+    ``compute_dtype``; ``remat``, ``flash_attention`` and its block size: ``tunix.*``, Tunix's ``remat_config``,
+    ``use_flash_attention`` and ``flash_attention_block_size``)."""
     import jax.numpy as jnp
     from tunix.models.qwen3 import model as qwen3_model
 
@@ -94,6 +107,9 @@ def model_config(cfg: dict, param_dtype: str = "float32", compute_dtype: str = "
         use_tied_embedding=bool(cfg.get("tie_word_embeddings", False)),
         dtype=getattr(jnp, compute_dtype),
         param_dtype=getattr(jnp, param_dtype),
+        remat_config=qwen3_model.RematConfig[REMAT[remat]],
+        use_flash_attention=flash_attention,
+        flash_attention_block_size=flash_attention_block_size,
     )
     return qwen3_model.ModelConfig(**kwargs)
 
@@ -110,16 +126,32 @@ def _bind_rope_theta(theta: float) -> None:
     qwen3_model.apply_rope = functools.partial(original, rope_theta=theta)
 
 
-def load(model_dir: str | Path, mesh, param_dtype: str = "float32", compute_dtype: str = "float32"):
-    """An HF Qwen3 model dir as a Tunix ``Qwen3`` module on ``mesh``, its weights cast to ``param_dtype``."""
+def load(model_dir: str | Path, mesh, param_dtype: str = "float32", compute_dtype: str = "float32", **options):
+    """An HF Qwen3 model dir as a Tunix ``Qwen3`` module on ``mesh``, its weights cast to ``param_dtype``
+    (``options``: ``remat``, ``flash_attention``, ``flash_attention_block_size`` of ``model_config``)."""
     import jax.numpy as jnp
     from tunix.models.qwen3 import params as qwen3_params
 
     cfg = hf_config(model_dir)
     _bind_rope_theta(rope_theta(cfg))
     return qwen3_params.create_model_from_safe_tensors(
-        str(model_dir), model_config(cfg, param_dtype, compute_dtype), mesh, dtype=getattr(jnp, param_dtype)
+        str(model_dir),
+        model_config(cfg, param_dtype, compute_dtype, **options),
+        mesh,
+        dtype=getattr(jnp, param_dtype),
     )
+
+
+def check_flash_attention(platform: str) -> None:
+    """Tunix's flash attention is the Pallas splash kernel for TPUs (jax.experimental.pallas.ops.tpu): refuse it
+    on any other platform before a model is built."""
+    from grpoflow.errors import ConfigError
+
+    if platform != "tpu":
+        raise ConfigError(
+            f"config error: tunix.flash_attention is true but this job's JAX devices are {platform}: Tunix's flash "
+            "attention is a TPU kernel (Pallas splash attention); set tunix.flash_attention: false off TPUs"
+        )
 
 
 # grpo.lora.target_modules "all-linear": every projection of Tunix's Qwen3 (attention and MLP).

@@ -41,8 +41,11 @@ from grpoflow.progress import StepProgress
 
 log = logging.getLogger(__name__)
 
-# Settings a rerun may change and still resume.
-RESUMABLE_CHANGES = common.RESUMABLE_GRPO
+# Settings a rerun may change and still resume: common.RESUMABLE_GRPO, and how the same steps are laid out in
+# memory (mesh, recomputation, attention kernel, host offload), e.g. to fit after an out-of-memory failure.
+RESUMABLE_CHANGES = common.RESUMABLE_GRPO | {
+    ("tunix", key) for key in ("mesh", "remat", "flash_attention", "flash_attention_block_size", "offload_to_cpu")
+}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -271,18 +274,21 @@ def train(spec: dict, model_path: str, resumed_from: int) -> int:
         )
     rows = load_prompts(spec["train"], tokenizer, grpo["max_prompt_length"], where)
     mesh = _mesh(tunix)
+    if tunix["flash_attention"]:
+        qwen3.check_flash_attention(mesh.devices.flat[0].platform)
+    options = {k: tunix[k] for k in ("remat", "flash_attention", "flash_attention_block_size")}
     started = time.monotonic()
     lora = grpo["lora"] if (grpo.get("lora") or {}).get("rank", 0) > 0 else None
     if lora:
         # LoRA: the start model is frozen and is the reference too (Tunix shares the backbone between them).
-        base = qwen3.load(model_path, mesh, tunix["param_dtype"], tunix["compute_dtype"])
+        base = qwen3.load(model_path, mesh, tunix["param_dtype"], tunix["compute_dtype"], **options)
         actor = qwen3.with_lora(base, lora)
         reference = base if grpo["kl_coef"] > 0 else None
     else:
-        actor = qwen3.load(model_path, mesh, tunix["param_dtype"], tunix["compute_dtype"])
+        actor = qwen3.load(model_path, mesh, tunix["param_dtype"], tunix["compute_dtype"], **options)
         # The reference is never trained: its weights in the compute dtype (bf16 on TPU) halve its memory.
         reference = (
-            qwen3.load(model_path, mesh, tunix["compute_dtype"], tunix["compute_dtype"])
+            qwen3.load(model_path, mesh, tunix["compute_dtype"], tunix["compute_dtype"], **options)
             if grpo["kl_coef"] > 0
             else None
         )
