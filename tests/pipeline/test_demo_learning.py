@@ -43,9 +43,10 @@ def demo_run(tmp_path_factory):
         unavailable("no .venv-tunix: run `make setup-tunix` (make test builds it)")
     wd = make_workdir(tmp_path_factory.mktemp("demo-learning"))
     # One Tunix seed: the overlay's second Tunix experiment is not a target.
-    snakemake([*LOCAL_PROFILE, *WITH_TUNIX, _eval(SFT), *map(_eval, NATIVE)], wd, timeout=2400)
+    # Targets before --configfile, whose list would take them as further files.
+    snakemake([*LOCAL_PROFILE, _eval(SFT), *map(_eval, NATIVE), *WITH_TUNIX], wd, timeout=2400)
     snakemake(
-        [*LOCAL_PROFILE, *CONFIGS, _eval(DEFAULT_KERNELS)], wd, env={"ATEN_CPU_CAPABILITY": "default"}, timeout=1200
+        [*LOCAL_PROFILE, _eval(DEFAULT_KERNELS), *CONFIGS], wd, env={"ATEN_CPU_CAPABILITY": "default"}, timeout=1200
     )
     snakemake([*LOCAL_PROFILE, *CONFIGS], wd, timeout=1200)  # the rest of the TRL demo: report, uploads
     return wd
