@@ -98,7 +98,7 @@ def test_each_run_records_the_kernels_it_trained_with(demo_run):
         return marker["provenance"]["compute"]
 
     assert torch_of(DEFAULT_KERNELS)["torch"]["cpu_capability"] == "DEFAULT"
-    assert torch_of(DEFAULT_KERNELS)["kernel_env"] == {"ATEN_CPU_CAPABILITY": "default"}
+    assert torch_of(DEFAULT_KERNELS)["kernel_env"]["ATEN_CPU_CAPABILITY"] == "default"
     assert torch_of("tiny-arith-seed1")["torch"]["cpu_capability"] != "DEFAULT"
     assert "ATEN_CPU_CAPABILITY" not in torch_of("tiny-arith-seed1")["kernel_env"]
     assert torch_of("tiny-arith-tunix-seed1")["jax"]["backend"] == "cpu"
@@ -108,7 +108,7 @@ def test_each_run_records_the_kernels_it_trained_with(demo_run):
 
 def test_the_report_decides_with_paired_statistics_and_seed_groups(demo_run):
     summary = (demo_run / "results/report/summary.md").read_text()
-    for model in NATIVE + [DEFAULT_KERNELS]:
+    for model in ("tiny-arith-seed1", DEFAULT_KERNELS):  # the report of the TRL demo (config/config.yaml)
         row = next(line for line in summary.splitlines() if line.startswith(f"| {model} |") and "SFT `" in line)
         assert "pts [" in row  # Δ vs SFT with its interval, then ↑, ↓, p
     assert "Minimum detectable effect on `arith`" in summary
