@@ -44,8 +44,10 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/snakefmt --check .
 
+# Two pytest-xdist workers: tests that wait (SLURM, Ray, subprocesses) overlap with tests that compute; tests that
+# share a background run stay on one worker (xdist_group; tests/conftest.py says how fixtures are shared).
 test: setup setup-tunix lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadgroup
 
 dag: setup  # the DAG picture of the README (needs Graphviz's `dot`)
 	$(BIN)/snakemake --dag | dot -Tsvg > dag.svg

@@ -128,6 +128,15 @@ def train_resources(wildcards):
 # ---- SFT start ------------------------------------------------------------------------------------------------
 
 
+def demo_sft_inputs(wildcards):
+    """The demo SFT's start model and data; its validation split when the start point is chosen by accuracy."""
+    sft = CFG.demo["sft"]
+    inputs = {"model": DEMO_MODEL_DIR, "train": parquet(sft["dataset"], sft["split"])}
+    if sft.get("target_accuracy"):
+        inputs["val"] = parquet(sft["dataset"], sft["target_accuracy"]["split"])
+    return inputs
+
+
 def sft_inputs(wildcards):
     """The demo's SFT run when an experiment starts from it; nothing for user-provided SFT runs."""
     return [DEMO_SFT_RUN_DIR] if CFG.uses_demo_sft(wildcards.experiment) else []
@@ -207,6 +216,7 @@ def all_targets():
 
 # ---- params computed by the library (kept here so rules stay one-liners) ---------------------------------------
 
+from grpoflow.backends import attempt_runtime as _attempt_runtime
 from grpoflow.backends import slurm_resources as _slurm_resources
 from grpoflow.backends import training_command as _training_command
 from grpoflow.evaluation.settings import benchmark_prompt as _benchmark_prompt

@@ -19,8 +19,7 @@ if CFG.demo:
 
     rule train_sft_demo:
         input:
-            model=DEMO_MODEL_DIR,
-            train=parquet(CFG.demo["sft"]["dataset"], CFG.demo["sft"]["split"]),
+            unpack(demo_sft_inputs),
         output:
             run_dir=directory(DEMO_SFT_RUN_DIR),
         log:

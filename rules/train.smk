@@ -40,7 +40,8 @@ rule train_grpo:
         tasks_per_node=lambda wc: train_resources(wc)["tasks_per_node"],
         cpus_per_task=lambda wc: train_resources(wc)["cpus_per_task"],
         mem_mb=lambda wc: train_resources(wc)["mem_mb"],
-        runtime=lambda wc: train_resources(wc)["runtime"],
+        # resources.runtime for the first attempt, resources.retry_runtime for the profile's retries.
+        runtime=lambda wc, attempt: _attempt_runtime(exp(wc)["resources"], attempt),
         tpu=experiment_tpu,
     params:
         # A function of the wildcards only: Snakemake ignores params that take input/output when it decides

@@ -1,11 +1,25 @@
-"""Fixtures shared by every test folder (helpers live in grpoflow_testing.py)."""
+"""Fixtures shared by every test folder (helpers live in grpoflow_testing.py).
+
+The suite runs on two pytest-xdist workers (`make test`: ``-n 2 --dist loadgroup``) so that tests waiting on SLURM,
+Ray or a subprocess overlap with tests that compute. A session fixture is then set up once per worker; the costly
+ones that only produce files (a pipeline run, a tiny model, verl checkpoints, the local SLURM) go through
+``shared_once``: the first worker to ask builds it under a file lock, the other reads it back. Tests that share a
+fixture that is not files (a background Snakemake run) are kept on one worker with ``xdist_group``.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from grpoflow_testing import REPO, load_yaml, make_workdir
+from hypothesis import settings
+
+# Property tests draw the same examples on every clone and machine: derandomized (examples from a fixed seed) and
+# no example database carried between runs. A test's own @settings may add to this, not undo it.
+settings.register_profile("grpoflow", derandomize=True, database=None, print_blob=True)
+settings.load_profile("grpoflow")
 
 
 @pytest.fixture
@@ -18,29 +32,70 @@ def default_config() -> dict:
     return load_yaml(REPO / "config" / "config.yaml")
 
 
+def shared_once(tmp_path_factory, worker_id: str, name: str, build):
+    """``build(dir)`` (a JSON-serialisable value, e.g. paths under ``dir``) computed once per test run: in a plain
+    pytest run as a session fixture would; under pytest-xdist by the first worker that asks, under a file lock in
+    the run's shared temporary root, the other workers reading the value it left. A build that fails is retried
+    by the next worker that asks (and fails there too)."""
+    if worker_id == "master":
+        return build(tmp_path_factory.mktemp(name))
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp().parent  # shared by the workers of this run (pytest-of-<user>/pytest-N)
+    done = root / f"{name}.json"
+    with FileLock(str(root / f"{name}.lock")):
+        if done.exists():
+            return json.loads(done.read_text())
+        out = root / name
+        out.mkdir(exist_ok=True)
+        value = build(out)
+        done.write_text(json.dumps(value))
+        return value
+
+
+def pytest_sessionstart(session):
+    # The controller (the only process without xdist, the coordinator with it) remembers whether a local SLURM was
+    # already running, e.g. a developer's; the one the tests start is stopped when every worker has finished.
+    if not hasattr(session.config, "workerinput"):
+        from grpoflow_testing import local_slurm_running
+
+        session.config.stash[_SLURM_BEFORE] = local_slurm_running()
+
+
+def pytest_sessionfinish(session):
+    if not hasattr(session.config, "workerinput") and not session.config.stash.get(_SLURM_BEFORE, True):
+        from grpoflow_testing import local_slurm_running, stop_local_slurm
+
+        if local_slurm_running():
+            stop_local_slurm()
+
+
+_SLURM_BEFORE = pytest.StashKey[bool]()
+
+
 @pytest.fixture(scope="session")
-def local_slurm() -> dict:
-    """A real SLURM on this host, shared by every SLURM test of the session: two slurmd nodes (one-node jobs
-    schedule on either), partition gpu, 8 stand-in GPUs per node (tests/slurm/start.sh). Skips visibly where the
-    machine cannot run one (fails under CI=true). Stops at the end of the session what it started itself (a
-    cluster that was already running, e.g. a developer's, is left running)."""
-    from grpoflow_testing import start_local_slurm, stop_local_slurm
+def local_slurm(tmp_path_factory, worker_id) -> dict:
+    """A real SLURM on this host, shared by every SLURM test of the run: two slurmd nodes (one-node jobs schedule on
+    either), partition gpu, 8 stand-in GPUs per node (tests/slurm/start.sh). Skips visibly where the machine cannot
+    run one (fails under CI=true). Started once per run (shared_once); stopped at the end of the run if the run
+    started it (pytest_sessionfinish: a cluster that was already running, e.g. a developer's, is left running)."""
+    from grpoflow_testing import start_local_slurm
 
-    cluster = start_local_slurm(nodes=2)
-    yield cluster
-    if cluster["started"]:
-        stop_local_slurm()
+    return shared_once(tmp_path_factory, worker_id, "local_slurm", lambda _: start_local_slurm(nodes=2))
 
 
 @pytest.fixture(scope="session")
-def short_local_run(tmp_path_factory) -> Path:
+def short_local_run(tmp_path_factory, worker_id) -> Path:
     """The shortened embedded default (tests/pipeline/short.yaml) run once with profiles/local; read-only for
     tests (copy it with grpoflow_testing.copy_workdir to change anything)."""
     from grpoflow_testing import LOCAL_PROFILE, SHORT_CONFIG, snakemake
 
-    wd = make_workdir(tmp_path_factory.mktemp("short-local"))
-    snakemake([*LOCAL_PROFILE, *SHORT_CONFIG], wd, timeout=1800)
-    return wd
+    def build(root: Path) -> str:
+        wd = make_workdir(root)
+        snakemake([*LOCAL_PROFILE, *SHORT_CONFIG], wd, timeout=1800)
+        return str(wd)
+
+    return Path(shared_once(tmp_path_factory, worker_id, "short-local", build))
 
 
 @pytest.fixture(scope="session")
@@ -62,3 +117,48 @@ def slurm_pipeline_run(local_slurm, tmp_path_factory):
     run.token = token
     yield run
     run.result()  # never leave it running past the session
+
+
+# ---- one tiny SFT start and one set of genuine verl checkpoints for every test folder that needs them -------------
+
+
+def _mergekit():
+    """tests/merge/mergekit.py, loaded by path (a conftest.py cannot import another folder's plain modules)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mergekit", REPO / "tests" / "merge" / "mergekit.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory, worker_id, default_config) -> str:
+    """A tiny Qwen3 SFT start (weights, tokenizer with chat template, generation_config) built once per run from the
+    shipped GSM8K sample: the merge tests, the verl wrapper tests and the job-environment tests share it.
+    Read-only: copy it to change anything."""
+    return shared_once(
+        tmp_path_factory, worker_id, "tinybase", lambda root: _mergekit().build_tiny_base(root, default_config)
+    )
+
+
+@pytest.fixture(scope="session")
+def verl_full_checkpoints(tmp_path_factory, worker_id, tiny_base) -> dict:
+    """{step: checkpoints root} for steps 2, 3 and 4: genuine verl FSDP2 checkpoints of tiny_base (each root holds
+    that one step), all written by one torchrun. Read-only: copy a root to change anything."""
+
+    def build(root: Path) -> dict:
+        roots = {s: root / f"step{s}" / "checkpoints" for s in (2, 3, 4)}
+        return {str(s): str(r) for s, r in _mergekit().write_checkpoints(tiny_base, roots, lora=False).items()}
+
+    return {int(s): Path(r) for s, r in shared_once(tmp_path_factory, worker_id, "verl_full", build).items()}
+
+
+@pytest.fixture(scope="session")
+def verl_lora_checkpoint(tmp_path_factory, worker_id, tiny_base) -> Path:
+    """A genuine verl FSDP2 checkpoint of tiny_base with a LoRA adapter, at step 2 (read-only)."""
+
+    def build(root: Path) -> str:
+        return str(_mergekit().write_checkpoints(tiny_base, {2: root / "checkpoints"}, lora=True)[2])
+
+    return Path(shared_once(tmp_path_factory, worker_id, "verl_lora", build))

@@ -114,6 +114,23 @@ BAD = [
         ["completions_per_device_batch = 7 does not divide the 128 completions"],
     ),
     (("defaults", "sft", "run_dir"), DEMO_SFT_RUN_DIR, None),  # fine: the demo exists
+    (
+        ("demo", "sft", "target_accuracy", "band"),
+        [0.6, 0.4],
+        ["demo.sft.target_accuracy.band = [0.6, 0.4]", "low < high"],
+    ),
+    (("demo", "sft", "target_accuracy", "band"), [0.4, 1.5], ["demo.sft.target_accuracy.band", "1.5"]),
+    (
+        ("demo", "sft", "target_accuracy", "split"),
+        "test",
+        ["demo.sft.target_accuracy.split = 'test'", "never the test split"],
+    ),
+    (
+        ("demo", "sft", "target_accuracy", "split"),
+        "dev",
+        ["demo.sft.target_accuracy.split = 'dev'", "train, val, test"],
+    ),
+    (("demo", "sft", "target_accuracy"), None, None),  # fine: stop at demo.sft.max_steps
 ]
 
 

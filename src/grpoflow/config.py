@@ -669,6 +669,19 @@ def resolve_config(raw: dict) -> WorkflowConfig:
             raise ConfigError(
                 f"config error: demo.sft.dataset = {demo['sft']['dataset']!r} is not defined under datasets (defined: {', '.join(datasets) or 'none'})"
             )
+        target = demo["sft"].get("target_accuracy")
+        if target:
+            low, high = target["band"]
+            if not low < high:
+                raise ConfigError(
+                    f"config error: demo.sft.target_accuracy.band = {target['band']} is not [low, high] with low < high: e.g. [0.35, 0.65]"
+                )
+            splits = dataset_splits(datasets[demo["sft"]["dataset"]])
+            if target["split"] not in splits or target["split"] == "test":
+                raise ConfigError(
+                    f"config error: demo.sft.target_accuracy.split = {target['split']!r}: dataset {demo['sft']['dataset']!r} has splits {', '.join(splits)}; "
+                    "use a validation split (datasets.<name>.validation carves one), never the test split the report scores"
+                )
 
     # Canonical from here on (sorted keys, numbers as the schema types them): every rule param is built from
     # these, so the same settings in another key order or number spelling rerun nothing.

@@ -51,7 +51,8 @@ TRAINING_PLOTS = (
     ("response_length", "training_response_length", "mean response length (tokens)"),
 )
 # Keys of a resolved experiment that do not change what is trained: runs equal in all else form a seed group.
-_NOT_TRAINING = ("description", "checkpoint_dir", "upload", "resume_across_changes")
+# Not what is trained: where it runs (resources: the same run on 1 or 8 GPUs is one seed group), where it is kept.
+_NOT_TRAINING = ("description", "checkpoint_dir", "upload", "resume_across_changes", "resources")
 _SEED_SUFFIX = re.compile(r"-seed\d+$")
 
 
@@ -87,7 +88,7 @@ def experiment_rewards(exp: dict) -> dict:
 
 def seed_groups(experiments: dict[str, dict]) -> dict[str, list[str]]:
     """Experiments whose resolved configs differ only in ``grpo.seed`` (and the SFT start's display name, the
-    description, where checkpoints go and upload settings), by group name: the members' common name without
+    description, the job's resources, where checkpoints go and upload settings), by group name: the members' common name without
     ``-seed<k>`` when they share one (``seeds:`` expansion names runs so), else the first member's name.
     Experiments without a partner form a group of one."""
     by_key: dict[str, list[str]] = {}

@@ -34,9 +34,12 @@ ARITH = {
 }
 
 
-def fault_config(start_model: str, *, total_steps: int, save_freq: int, runtime: int) -> dict:
+def fault_config(
+    start_model: str, *, total_steps: int, save_freq: int, runtime: int, retry_runtime: int | None = None
+) -> dict:
     """One TRL experiment from ``start_model`` on a small arithmetic set; ``runtime`` is its SLURM time limit
-    (minutes). Only training is targeted by the tests; the evaluation section is what a config needs."""
+    (minutes), ``retry_runtime`` that of the profile's retries. Only training is targeted by the tests; the
+    evaluation section is what a config needs."""
     return {
         "datasets": {"arith": ARITH},
         "defaults": {
@@ -56,7 +59,14 @@ def fault_config(start_model: str, *, total_steps: int, save_freq: int, runtime:
             },
             "rewards": {"funcs": ["accuracy"]},
             "trl": {"loss_type": "dapo", "use_cpu": True},
-            "resources": {"nodes": 1, "gpus_per_node": 0, "cpus_per_task": 2, "mem_mb": 4000, "runtime": runtime},
+            "resources": {
+                "nodes": 1,
+                "gpus_per_node": 0,
+                "cpus_per_task": 2,
+                "mem_mb": 4000,
+                "runtime": runtime,
+                "retry_runtime": retry_runtime,
+            },
         },
         "experiments": {EXPERIMENT: {}},
         "evaluation": {

@@ -6,22 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mergekit import build_tiny_base, train_trl, write_checkpoint
+from mergekit import train_trl
+
+# tiny_base, verl_full_checkpoints, verl_lora_checkpoint: tests/conftest.py (shared with the verl and SLURM tests).
 
 
 @pytest.fixture(scope="session")
-def tiny_base(tmp_path_factory, default_config) -> str:
-    return build_tiny_base(tmp_path_factory.mktemp("tinybase"), default_config)
+def verl_full_ckpt(verl_full_checkpoints) -> Path:
+    return verl_full_checkpoints[3]
 
 
 @pytest.fixture(scope="session")
-def verl_full_ckpt(tmp_path_factory, tiny_base) -> Path:
-    return write_checkpoint(tiny_base, tmp_path_factory.mktemp("verl_full") / "checkpoints", 3, lora=False)
-
-
-@pytest.fixture(scope="session")
-def verl_lora_ckpt(tmp_path_factory, tiny_base) -> Path:
-    return write_checkpoint(tiny_base, tmp_path_factory.mktemp("verl_lora") / "checkpoints", 2, lora=True)
+def verl_lora_ckpt(verl_lora_checkpoint) -> Path:
+    return verl_lora_checkpoint
 
 
 @pytest.fixture(scope="session")

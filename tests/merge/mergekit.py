@@ -41,7 +41,10 @@ def build_tiny_base(root: Path, default_config: dict) -> str:
     return str(out)
 
 
-def write_checkpoint(base: str, root: Path, step: int, lora: bool) -> Path:
+def write_checkpoints(base: str, roots: dict[int, Path], lora: bool) -> dict[int, Path]:
+    """Genuine verl FSDP2 checkpoints of ``base``: for each step, ``roots[step]`` holds ``global_step_<step>`` (one
+    more optimizer step each), ``reference.pt`` and ``latest_checkpointed_iteration.txt``, all written by one
+    torchrun (2 gloo ranks)."""
     torchrun = Path(sys.executable).parent / "torchrun"
     with socket.socket() as sock:  # a free port for the rendezvous (other test runs may use torchrun too)
         sock.bind(("127.0.0.1", 0))
@@ -56,13 +59,12 @@ def write_checkpoint(base: str, root: Path, step: int, lora: bool) -> Path:
         str(port),
         str(HERE / "write_fsdp_checkpoint.py"),
         base,
-        str(root),
-        str(step),
+        *(f"{step}={root}" for step, root in roots.items()),
     ] + (["--lora"] if lora else [])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, f"torchrun checkpoint writer failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    return root
+    return dict(roots)
 
 
 def copy_tree(src: Path, dst: Path) -> Path:

@@ -230,6 +230,11 @@ def test_report_decides_with_paired_statistics_from_the_files(tmp_path, config):
 def test_seed_groups_mean_sd_and_per_seed_deltas(tmp_path):
     cfg = resolve_config(raw_config({"lr": {"seeds": [1, 2, 3]}, "solo": {"grpo": {"learning_rate": 1e-4}}}))
     assert seed_groups(cfg.experiments) == {"lr": ["lr-seed1", "lr-seed2", "lr-seed3"], "solo": ["solo"]}
+    # Where a run goes is not what it trains: seeds on 1 and on 8 GPUs are still one group.
+    on_gpus = resolve_config(
+        raw_config({"a-seed1": {}, "a-seed2": {"grpo": {"seed": 2}, "resources": {"gpus_per_node": 8}}})
+    )
+    assert seed_groups(on_gpus.experiments) == {"a": ["a-seed1", "a-seed2"]}
     n = 100
     base = [i < 50 for i in range(n)]
     accs = {"lr-seed1": 60, "lr-seed2": 62, "lr-seed3": 67, "solo": 55}

@@ -30,9 +30,6 @@ from grpoflow_testing import REPO, make_workdir, snakemake_slurm, submitted_jobs
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-sys.path.insert(0, str(REPO / "tests" / "merge"))
-import mergekit  # noqa: E402
-
 EXP = "env-verl"
 
 
@@ -87,12 +84,9 @@ def cluster_python(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory, default_config) -> dict:
-    """A tiny Qwen3 SFT start and a genuine verl FSDP2 checkpoint of it at step 2 (tests/merge/mergekit.py)."""
-    root = tmp_path_factory.mktemp("env-tiny")
-    base = mergekit.build_tiny_base(root, default_config)
-    ckpt = mergekit.write_checkpoint(base, root / "checkpoints", 2, lora=False)
-    return {"base": base, "checkpoints": ckpt}
+def tiny(tiny_base, verl_full_checkpoints) -> dict:
+    """A tiny Qwen3 SFT start and a genuine verl FSDP2 checkpoint of it at step 2 (tests/conftest.py)."""
+    return {"base": tiny_base, "checkpoints": verl_full_checkpoints[2]}
 
 
 def overlay(tmp_path: Path, base: str) -> Path:

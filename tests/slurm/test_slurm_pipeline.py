@@ -29,7 +29,7 @@ from grpoflow_testing import REPO, SHORT_CONFIG, load_yaml, slurm_job, submitted
 
 from grpoflow.config import load_config_files, resolve_config
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm_pipeline")]
 
 HERE = Path(__file__).resolve().parent
 CLUSTER_SHAPE = HERE / "cluster_shape.yaml"

@@ -84,6 +84,12 @@ def slurm_resources(res: dict) -> dict:
     }
 
 
+def attempt_runtime(res: dict, attempt: int) -> int:
+    """train_grpo's time limit (minutes) for Snakemake's ``attempt`` (1 = first submission): ``runtime``, then
+    ``retry_runtime`` (when set) for the resubmissions after a time limit or failure."""
+    return res["runtime"] if attempt <= 1 or not res.get("retry_runtime") else res["retry_runtime"]
+
+
 def settings_table(names: list[str] | None = None) -> str:
     """docs/backends.md's table: one row per grpoflow key, one column per backend (its ``SETTINGS``)."""
     names = list(names or BACKENDS)

@@ -15,6 +15,7 @@ sensitive than comparing two accuracies with their separate standard errors:
   the number of problems and how often two models disagree on a problem.
 - ``seed_spread``: mean, SD, min–max and a t-interval over the seeds of one configuration.
 - ``token_summary`` and ``paired_tokens``: response lengths and their paired change.
+- ``reward_rise``: a training run's mean reward over its last steps against its first (train_metrics.jsonl).
 
 Runs evaluated on different problem sets (another benchmark file, limit or split) are never paired: ``pair``
 raises ``DataError`` naming both files.
@@ -211,6 +212,11 @@ class Paired:
     test: str  # "exact McNemar" | "sign-flip permutation"
     second_moment: float  # mean squared per-problem difference (the MDE's variance term)
 
+    @property
+    def standard_error(self) -> float:
+        """Of ``delta``: the per-problem differences' SD over the square root of the number of problems."""
+        return math.sqrt(max(self.second_moment - self.delta**2, 0.0) / self.n)
+
     def as_dict(self) -> dict:
         return {
             "n": self.n,
@@ -245,6 +251,24 @@ def paired(model: Outcomes, reference: Outcomes, seed: int = BOOTSTRAP_SEED) -> 
         test=test,
         second_moment=float(np.mean(d**2)),
     )
+
+
+@dataclass(frozen=True)
+class RewardRise:
+    first: float  # mean reward of the first ``window`` steps
+    last: float  # of the last ``window`` steps
+    delta: float
+    standard_error: float  # Welch's, of delta
+
+
+def reward_rise(rewards: list[float], window: int = 25) -> RewardRise:
+    """How far a run's training reward rose: the mean over its last ``window`` steps against its first. Steps see
+    different prompts, so per-step rewards scatter widely; the standard error is Welch's over the two windows."""
+    if len(rewards) < 2 * window:
+        raise DataError(f"{len(rewards)} training steps: reward_rise compares two windows of {window} steps")
+    first, last = np.asarray(rewards[:window], float), np.asarray(rewards[-window:], float)
+    se = math.sqrt(first.var(ddof=1) / window + last.var(ddof=1) / window)
+    return RewardRise(float(first.mean()), float(last.mean()), float(last.mean() - first.mean()), se)
 
 
 def holm(p_values: list[float]) -> list[float]:

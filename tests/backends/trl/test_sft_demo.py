@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
 from grpoflow.demo.sft import completion_text, run_sft
 from grpoflow.discovery import discover
-from grpoflow.errors import ConfigError
+from grpoflow.errors import ConfigError, DataError
 
 SPEC = {
     "dataset": "arith",
@@ -45,8 +46,12 @@ def test_short_run_is_an_sft_run_dir_that_discovery_finds(tmp_path, tiny_model, 
         "global_step_2",
         "global_step_4",
         "latest_checkpointed_iteration.txt",
+        "start_point.json",
         "train_log.jsonl",
     ]
+    start = json.loads((run_dir / "start_point.json").read_text())
+    assert start["step"] == 4 and start["chosen_by"] == "max_steps" and start["evaluations"] == []
+    assert start["compute"]["torch"]["threads"] >= 1 and start["compute"]["cpu_model"]
     assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
     assert os.listdir(tmp_path) == ["sft-run"]  # written atomically: no temporary dir left beside it
 
@@ -69,3 +74,39 @@ def test_schedule_shorter_than_training_is_a_config_error(tmp_path, tiny_model, 
     with pytest.raises(ConfigError, match="demo.sft.schedule_steps"):
         run_sft({**SPEC, "schedule_steps": 2}, tiny_model, arith_parquet["train"], str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
+
+
+TARGET = {"band": [0.0, 1.0], "split": "val", "eval_every": 2, "max_new_tokens": 8, "batch_size": 64}
+
+
+def test_the_start_point_is_the_first_step_whose_validation_accuracy_is_in_the_band(
+    tmp_path, tiny_model, arith_parquet
+):
+    """Any accuracy is in [0, 1]: the run stops at the first evaluation, makes that step its latest checkpoint and
+    records the evaluation, which is the evaluation library's own greedy accuracy of that checkpoint."""
+    from grpoflow.demo.sft import ValidationProbe
+    from grpoflow.discovery import discover
+
+    run_dir = tmp_path / "sft-run"
+    spec = {**SPEC, "max_steps": 6, "schedule_steps": 12, "save_steps": 5, "target_accuracy": TARGET}
+    summary = run_sft(spec, tiny_model, arith_parquet["train"], str(run_dir), val_parquet=arith_parquet["val"])
+    assert summary["final_step"] == 2
+    assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    start = json.loads((run_dir / "start_point.json").read_text())
+    assert start["step"] == 2 and start["chosen_by"] == "target_accuracy" and start["target_accuracy"] == TARGET
+    assert start["evaluations"] == [{"step": 2, "accuracy": start["val_accuracy"]}]
+    found = discover({"run_dir": str(run_dir), "hf_subdir": "huggingface", "step": "latest"})
+    assert found["step"] == 2
+    from transformers import AutoTokenizer
+
+    probe = ValidationProbe(arith_parquet["val"], AutoTokenizer.from_pretrained(found["path"]), 8, 64)
+    assert probe.accuracy(Path(found["path"])) == start["val_accuracy"]
+
+
+def test_a_band_never_reached_fails_naming_the_key_and_leaves_no_run(tmp_path, tiny_model, arith_parquet):
+    spec = {**SPEC, "target_accuracy": {**TARGET, "band": [0.99, 1.0]}}
+    with pytest.raises(
+        DataError, match=r"did not reach demo.sft.target_accuracy.band \[99 %, 100 %\] within demo.sft.max_steps = 4"
+    ):
+        run_sft(spec, tiny_model, arith_parquet["train"], str(tmp_path / "run"), val_parquet=arith_parquet["val"])
+    assert not (tmp_path / "run").exists() and os.listdir(tmp_path) == []

@@ -3,10 +3,7 @@ genuine verl checkpoints."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from verlkit import merge_kit
 
 import grpoflow.backends.verl.checks  # noqa: F401  (registers the verl config check, as grpoflow.config does)
 
@@ -14,21 +11,13 @@ import grpoflow.backends.verl.checks  # noqa: F401  (registers the verl config c
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory, default_config) -> str:
-    return merge_kit().build_tiny_base(tmp_path_factory.mktemp("tiny"), default_config)
+def tiny_model(tiny_base) -> str:
+    return tiny_base  # tests/conftest.py: one tiny SFT start for the merge, verl and SLURM tests
 
 
 @pytest.fixture(scope="session")
-def genuine_checkpoint(tmp_path_factory, tiny_model):
-    """factory(step) -> a checkpoint dir holding a genuine verl FSDP2 checkpoint at `step` (written under torchrun by
-    verl's FSDPCheckpointManager, with the trainer's data.pt and latest_checkpointed_iteration.txt)."""
-    kit, made = merge_kit(), {}
-
-    def make(step: int) -> Path:
-        if step not in made:
-            made[step] = kit.write_checkpoint(
-                tiny_model, tmp_path_factory.mktemp(f"ckpt{step}") / "checkpoints", step, lora=False
-            )
-        return made[step]
-
-    return make
+def genuine_checkpoint(verl_full_checkpoints):
+    """factory(step) -> a checkpoint dir holding a genuine verl FSDP2 checkpoint at `step` (2, 3 or 4; written under
+    torchrun by verl's FSDPCheckpointManager, with the trainer's data.pt and latest_checkpointed_iteration.txt;
+    tests/conftest.py). Read-only: copy it to change anything."""
+    return verl_full_checkpoints.__getitem__

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from verlkit import REPO, job_state, leftover_ray, submit, wait_job
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 LAUNCHER = REPO / "src" / "grpoflow" / "backends" / "verl" / "ray_slurm.sh"
 PROBE = REPO / "tests" / "backends" / "verl" / "ray_probe.py"
@@ -210,7 +210,16 @@ def test_snakemake_submits_train_grpo_through_the_plugin(local_slurm, tmp_path, 
     }
     (wd / "twonode.yaml").write_text(yaml.safe_dump(config))
     proc = snakemake_slurm(
-        ["results/twonode/training_complete.json", "--latency-wait", "5", "--configfile", "twonode.yaml"],
+        # --retries 0: the job is meant to fail (no GPU stack); the profile's retries would run it three times.
+        [
+            "results/twonode/training_complete.json",
+            "--latency-wait",
+            "5",
+            "--retries",
+            "0",
+            "--configfile",
+            "twonode.yaml",
+        ],
         wd,
         timeout=600,
         check=False,

@@ -3,7 +3,6 @@ and the merge tests' checkpoint builders. A plain module (conftest.py names clas
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import time
@@ -28,14 +27,6 @@ VERL_CONFIGS = sorted(
 
 def load(path: str) -> dict:
     return yaml.safe_load((REPO / path).read_text())
-
-
-def merge_kit():
-    """tests/merge/mergekit.py (tiny SFT model, genuine FSDP2 checkpoints), loaded by path."""
-    spec = importlib.util.spec_from_file_location("mergekit", REPO / "tests" / "merge" / "mergekit.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def submit(script: str, args: list[str], workdir: Path) -> str:
