@@ -82,7 +82,7 @@ def _start_time_limit_run(tmp_path_factory, model) -> dict:
     job = _first_job(log)
     wait_for("the first checkpoint", lambda: latest_checkpoint(wd) >= 2, 300)
     pause(
-        wait_for("the trainer's process", lambda: trainer_pids(job), 30)
+        wait_for("the trainer's process", lambda: trainer_pids(job), 120)
     )  # still "training" when the limit comes, however fast this machine is
     return {"wd": wd, "log": log, "proc": proc, "job": job, "paused_at": latest_checkpoint(wd)}
 
@@ -97,7 +97,7 @@ def _ctrl_c_run(tmp_path_factory, model) -> dict:
     try:
         job = _first_job(log)
         wait_for("the first checkpoint", lambda: latest_checkpoint(wd) >= 2, 300)
-        pids = wait_for("the trainer's process", lambda: trainer_pids(job), 30)
+        pids = wait_for("the trainer's process", lambda: trainer_pids(job), 120)
         # Freeze the job (SLURM suspend) so that training cannot finish while the second invocation runs.
         subprocess.run(["scontrol", "suspend", job], check=True)
         second = snakemake_slurm(args, wd, check=False, timeout=300)

@@ -97,11 +97,11 @@ def test_stop_signal_stops_trainer_and_ray(local_slurm, tmp_path):
         ]
         time.sleep(1)
     trainer_pid = json.loads((tmp_path / "probe.json").read_text())["pid"]
-    signalled = time.monotonic()
     subprocess.run(["scancel", "--batch", "--signal=USR1", job], check=True)  # what --signal=B:USR1@... sends
-    state = wait_job(job, timeout=120)
+    # The probe would sleep 300 s: a job that ends well before is one the signal ended (no wall-clock bound
+    # tighter than that; a loaded machine tears Ray down slowly).
+    state = wait_job(job, timeout=200)
     log = output(tmp_path)
-    assert time.monotonic() - signalled < 60
     assert "received SIGUSR1: shutting down" in log and "stopping the trainer" in log
     assert state["ExitCode"] == f"{128 + 10}:0", state
     with pytest.raises(ProcessLookupError):
@@ -117,12 +117,13 @@ def test_a_worker_that_cannot_start_fails_fast(local_slurm, tmp_path):
         36530,
         extra_env='export GRPOFLOW_RAY_START_ARGS="--include-dashboard=false"; unset GRPOFLOW_RAY_HEAD_ARGS',
     )
-    started = time.monotonic()
-    state = wait_job(job, timeout=180)
+    # Not a wall-clock bound (a loaded machine starts Ray slowly): the job must end well inside the launcher's
+    # 600-s wait for nodes, and its log must say why: the dead node was noticed, not the wait run out.
+    state = wait_job(job, timeout=400)
     log = output(tmp_path)
     assert state["JobState"] == "FAILED", log[-3000:]
-    assert time.monotonic() - started < 90, "no 10-minute wait for a node that already died"
     assert "a Ray node's start command exited" in log and "Ray did not reach 2 node(s) x 8 GPU(s)" in log
+    assert "after 600 s" not in log, "the launcher waited out its timeout for a node that had already died"
     assert not (tmp_path / "probe.json").exists()
     assert_torn_down(job, log)
 
