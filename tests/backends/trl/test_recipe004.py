@@ -142,7 +142,9 @@ def test_the_reference_model_is_the_start_model_with_the_adapter_disabled(spec, 
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     kwargs = grpo_config_kwargs({**spec, "checkpoint_dir": str(tmp_path / "ckpt")})
-    kwargs.update(bf16=False, use_cpu=True, gradient_checkpointing=False, model_init_kwargs={"dtype": "float32"})
+    kwargs.update(
+        bf16=False, use_cpu=True, gradient_checkpointing=False, model_init_kwargs={"dtype": "float32"}, use_vllm=False
+    )
     rewards = build_reward_funcs(spec["rewards"], 2, tokenizer=tokenizer, max_response_length=2048)
     trainer = GRPOTrainer(
         model=model_dir,
