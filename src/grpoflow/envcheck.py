@@ -69,6 +69,52 @@ def train_verl_needs(overrides: dict[str, str]) -> list[tuple[str, str, str]]:
     return needs
 
 
+TRL = ("trl", "trl==1.16.0")
+PEFT = ("peft", "peft")
+
+
+def torch_cuda_build() -> str | None:
+    """The CUDA version torch was built for, read from torch/version.py without importing torch (None: a CPU
+    build or no torch). Importing torch takes seconds and initialises nothing we need to know this."""
+    spec = importlib.util.find_spec("torch") if _found("torch") else None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    from pathlib import Path
+
+    try:
+        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.partition("=")
+        if name.split(":")[0].strip() == "cuda":
+            value = value.strip().strip("'\"")
+            return None if value in ("None", "") else value
+    return None
+
+
+def check_trl_gpu(spec: dict) -> None:
+    """train_grpo of a TRL experiment with trl.use_cpu false: CUDA torch, TRL, vLLM (unless trl.vllm.mode none) and
+    PEFT (LoRA) in this interpreter, found in milliseconds, before torch or a model is loaded."""
+    job = "train_grpo (backend trl on GPUs)"
+    needs = [(*TRL, "backend: trl")]
+    if spec["trl"]["vllm"]["mode"] != "none":
+        needs.append((*VLLM, f"trl.vllm.mode {spec['trl']['vllm']['mode']}"))
+    if (spec["grpo"].get("lora") or {}).get("rank"):
+        needs.append((*PEFT, "grpo.lora"))
+    missing = [(pkg, why) for module, pkg, why in needs if not _found(module)]
+    cuda = torch_cuda_build()
+    if cuda is None:
+        torch_what = "torch" if not _found("torch") else "a CPU-only torch"
+        missing.insert(0, (f"CUDA torch (it has {torch_what})", "trl.use_cpu false"))
+    if missing:
+        what = ", ".join(f"{pkg} (for {why})" for pkg, why in missing)
+        raise GrpoflowError(f"environment check failed for {job}: {sys.executable} lacks {what}; {HOW_TO_PICK}")
+    log.info(
+        "environment check for %s passed: torch (CUDA %s), %s importable", job, cuda, ", ".join(m for m, _, _ in needs)
+    )
+
+
 TUNIX = ("tunix", "google-tunix==0.1.7")
 JAX = ("jax", "jax")
 ORBAX = ("orbax.checkpoint", "orbax-checkpoint")

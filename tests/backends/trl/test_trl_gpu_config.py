@@ -90,7 +90,8 @@ def test_opt_ins_accept_bf16_masters_and_skip_the_memory_refusal(default_config)
 
 def test_the_command_launches_torchrun_for_several_processes(default_config):
     argv = shlex.split(command(gpu(default_config), EXP, INS, OUTS))
-    assert argv[:9] == [
+    assert argv[:10] == [
+        "env",
         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900",
         "python",
         "-m",

@@ -36,7 +36,7 @@ def launcher(spec: dict) -> str:
     if n == 1:
         return ""
     return (
-        f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT={spec['trl']['shutdown_timeout']} python -m torch.distributed.run "
+        f"env TORCH_ELASTIC_SHUTDOWN_TIMEOUT={spec['trl']['shutdown_timeout']} python -m torch.distributed.run "
         f"--standalone --nproc-per-node {n} "
     )
 

@@ -267,6 +267,15 @@ def run_training(spec: dict) -> dict | None:
             f"config error: experiments.{spec['experiment']}.trl.processes = {spec['trl']['processes']} but this job runs {world} process(es): "
             "start it with the command train_grpo composes (torchrun --nproc-per-node trl.processes)"
         )
+    if not spec["trl"]["use_cpu"]:
+        import torch
+
+        have = torch.cuda.device_count()
+        if have < world:
+            raise GrpoflowError(
+                f"train_grpo of {spec['experiment']} runs {world} training process(es) on GPUs (trl.processes) but this job sees {have} GPU(s) "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): ask for them with resources.gpus_per_node, and run it in the cluster environment (cluster_env)"
+            )
     if world == 1:
         return _run(spec, rank=0)
     from accelerate import PartialState
@@ -274,7 +283,24 @@ def run_training(spec: dict) -> dict | None:
     # The process group the trainer will use (accelerate's shared state), set up now so that rank 0 can hand the
     # resume point (or its refusal) to the others before any of them loads a model.
     state = PartialState(cpu=spec["trl"]["use_cpu"])
+    if spec["trl"]["use_cpu"]:
+        _accept_cpu_rank_locations()
     return _run(spec, rank=state.process_index)
+
+
+def _accept_cpu_rank_locations() -> None:
+    """accelerate names each CPU process's device ``cpu:<rank>``, and HF Trainer resumes several processes with
+    ``torch.load(optimizer.pt, map_location=args.device)``; torch restores only the location ``cpu``
+    (``torch.serialization.default_restore_location``), so a gloo run could not resume. A tensor asked onto
+    ``cpu:N`` is a CPU tensor: this deserializer keeps it where it is. It tags nothing, so saving is unchanged."""
+    import torch.serialization as ser
+
+    if not any(getattr(d, "__name__", "") == "_cpu_rank" for _, _, d in ser._package_registry):
+
+        def _cpu_rank(obj, location: str):
+            return obj if location.startswith("cpu:") else None
+
+        ser.register_package(99, lambda obj: None, _cpu_rank)
 
 
 def _run(spec: dict, rank: int) -> dict | None:

@@ -1,0 +1,76 @@
+"""TRL on GPUs runs in the cluster plane (cluster_env, like verl): the plane, the job-start environment check that
+stops a GPU job in the wrong environment in seconds with one line naming cluster_env (this machine's torch is the
+CPU build, so the check's failure is real here), and what `snakemake -n -p` shows for the recipe configs."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+
+import pytest
+from grpoflow_testing import REPO, make_workdir, snakemake
+from trainkit import resolved
+
+from grpoflow import envcheck
+from grpoflow.backends.trl.commandline import command
+from grpoflow.deployment import CLUSTER, LOCAL, experiment_plane
+from grpoflow.errors import GrpoflowError
+
+EXP = "tiny-arith-seed1"
+GPU = {"defaults": {"trl": {"use_cpu": False}, "resources": {"gpus_per_node": 2}, "grpo": {"lora": {"rank": 8}}}}
+
+
+def test_trl_on_gpus_runs_where_verl_runs(default_config):
+    assert experiment_plane(resolved(default_config).experiment(EXP)) == LOCAL
+    assert experiment_plane(resolved(default_config, GPU).experiment(EXP)) == CLUSTER
+
+
+def test_the_check_names_cuda_torch_trl_vllm_and_cluster_env(default_config):
+    cfg = resolved(default_config, GPU)
+    spec = json.loads(shlex.split(command(cfg, EXP, {"train": "t", "sft": "s"}, {"marker": "m", "metrics": "x"}))[-1])
+    assert envcheck.torch_cuda_build() is None, "this machine's torch is the CPU build (requirements/local.lock)"
+    with pytest.raises(GrpoflowError) as err:
+        envcheck.check_trl_gpu(spec)
+    msg = str(err.value)
+    assert "\n" not in msg and sys.executable in msg
+    assert "CUDA torch (it has a CPU-only torch) (for trl.use_cpu false)" in msg
+    assert "vllm (verl[vllm]) (for trl.vllm.mode colocate)" in msg
+    assert "cluster_env.python" in msg and "--sdm conda" in msg and "use_cpu" not in msg.split("; ", 1)[1]
+
+
+def test_a_gpu_job_in_the_wrong_environment_stops_before_loading_anything(default_config, tmp_path):
+    cfg = resolved(default_config, {**GPU, "defaults": {**GPU["defaults"], "trl": {"use_cpu": False, "processes": 1}}})
+    outs = {"marker": str(tmp_path / "m.json"), "metrics": str(tmp_path / "x.jsonl")}
+    cmd = command(cfg, EXP, {"train": str(tmp_path / "none.parquet"), "sft": str(tmp_path / "none.json")}, outs)
+    argv = shlex.split(cmd)
+    assert argv[:3] == ["python", "-m", "grpoflow.backends.trl.train"]
+    proc = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert lines[-1].startswith("grpoflow: error: environment check failed for train_grpo (backend trl on GPUs)")
+    assert "cluster_env" in lines[-1]
+    # Stopped before reading the (missing) sft.json or training data, let alone a model.
+    assert "none.json" not in proc.stderr and "Loading" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "config", ["config/qwen3-0.6b-lora-ablations.yaml", "config/qwen2.5-math-1.5b-lora-binary.yaml"]
+)
+def test_dry_run_of_the_recipe_configs_shows_torchrun_vllm_and_the_cluster_interpreter(tmp_path, config):
+    wd = make_workdir(tmp_path)
+    py = "/shared/envs/grpoflow-cluster/bin/python"
+    out = snakemake(
+        ["-n", "-p", "--profile", str(REPO / "profiles/slurm"), "--configfile", config]
+        + ["--config", f"cluster_env={{python: {py}}}"],
+        wd,
+    )
+    text = out.stdout + out.stderr
+    launch = f"env TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900 {py} -m torch.distributed.run --standalone --nproc-per-node 2 -m grpoflow.backends.trl.train"
+    assert launch in text, text[-3000:]
+    spec = json.loads(shlex.split(text[text.index(launch) :].splitlines()[0].split("> logs/")[0])[-1])
+    assert spec["trl"]["vllm"]["mode"] == "colocate" and spec["trl"]["processes"] == 2
+    assert f"{py} -m grpoflow.workflow merge_checkpoint" in text, "the merge runs in the same environment"
+    assert "with TRL on 2 GPU process(es), vLLM colocate. GPU memory per GPU" in text
+    assert "gpu=2" in text or "--gpus=2" in text or "'gpu': 2" in text
