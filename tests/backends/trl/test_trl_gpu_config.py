@@ -152,3 +152,18 @@ def test_the_gpu_memory_estimate_counts_what_trl_holds(default_config):
     assert full["weights"] == pytest.approx(P * 4 / 2**30, rel=0.02) and full["reference"] == full["weights"]
     assert full["AdamW state"] == pytest.approx(2 * full["weights"])
     assert peak(trl={"vllm": {"mode": "none"}})["vLLM (util × memory + graphs)"] == 0
+
+
+def test_rollouts_stop_on_the_tokens_evaluation_stops_on(default_config, tiny_model):
+    """Rollouts stop at the chat template's <|im_end|> and at <|endoftext|> whatever the model's generation config
+    lists (Qwen2.5-Math's lists only the latter): HF generate gets them as eos_token_id, vLLM as stop_token_ids."""
+    from transformers import AutoTokenizer
+
+    from grpoflow.backends.trl.runner import stop_kwargs
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    vocab = tokenizer.get_vocab()
+    chatml = {vocab["<|im_end|>"], vocab["<|endoftext|>"]}
+    on_gpu = stop_kwargs(training_spec(gpu(default_config), EXP, INS, OUTS), tokenizer, tiny_model)
+    on_cpu = stop_kwargs(training_spec(resolved(default_config), EXP, INS, OUTS), tokenizer, tiny_model)
+    assert set(on_gpu["stop_token_ids"]) >= chatml and set(on_cpu["eos_token_id"]) >= chatml

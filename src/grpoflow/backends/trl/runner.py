@@ -243,6 +243,17 @@ def grpo_config(spec: dict, reward_kwargs: dict):
         raise ConfigError(f"config error: {where}: TRL rejects the settings: {exc}")
 
 
+def stop_kwargs(spec: dict, tokenizer, model_path: str) -> dict:
+    """Rollouts stop on the tokens evaluation stops on (grpoflow.evaluation.generation.stop_token_ids: the
+    tokenizer's EOS, the model's generation_config EOS, ChatML's <|im_end|>/<|endoftext|>). TRL alone stops on the
+    first two only, so a base model whose generation config lists only <|endoftext|> (Qwen2.5-Math) would run on
+    past the chat template's end of turn. HF generate takes them as eos_token_id, vLLM as stop_token_ids."""
+    from grpoflow.evaluation.generation import ModelSource, stop_token_ids
+
+    ids = stop_token_ids(tokenizer, ModelSource(name="start", kind="sft", path=model_path))
+    return {"stop_token_ids": ids} if spec["trl"]["vllm"]["mode"] != "none" else {"eos_token_id": ids}
+
+
 def peft_config(lora: dict):
     if not lora or lora.get("rank", 0) <= 0:
         return None
@@ -355,7 +366,9 @@ def train(spec: dict, model_path: str, resume: Path | None) -> int:
     rewards = build_reward_funcs(
         spec["rewards"], grpo["num_generations"], tokenizer=tokenizer, max_response_length=grpo["max_response_length"]
     )
-    args = grpo_config(spec, rewards.config_kwargs)
+    # trl.extra_args.generation_kwargs (if any) adds to the stop tokens rather than dropping them.
+    generation = {**stop_kwargs(spec, tokenizer, model_path), **spec["trl"]["extra_args"].get("generation_kwargs", {})}
+    args = grpo_config(spec, {**rewards.config_kwargs, "generation_kwargs": generation})
     torch.manual_seed(grpo["seed"])
     trainer = GRPOTrainer(
         model=model_path,
