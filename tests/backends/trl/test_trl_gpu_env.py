@@ -55,22 +55,40 @@ def test_a_gpu_job_in_the_wrong_environment_stops_before_loading_anything(defaul
     assert "none.json" not in proc.stderr and "Loading" not in proc.stderr
 
 
+# Recipe 004 ships on 2 GPUs (the recipe's `accelerate launch --multi_gpu`); recipe 002's grid ships one GPU per run
+# (its config says why) and goes to 2 processes with gpus_per_node: 2, given here as an overlay.
 @pytest.mark.parametrize(
-    "config", ["config/qwen3-0.6b-lora-ablations.yaml", "config/qwen2.5-math-1.5b-lora-binary.yaml"]
+    "config, overlay",
+    [
+        ("config/qwen2.5-math-1.5b-lora-binary.yaml", None),
+        ("config/qwen3-0.6b-lora-ablations.yaml", "defaults: {resources: {gpus_per_node: 2}}\n"),
+        ("config/qwen3-0.6b-lora-ablations.yaml", ""),
+    ],
 )
-def test_dry_run_of_the_recipe_configs_shows_torchrun_vllm_and_the_cluster_interpreter(tmp_path, config):
+def test_dry_run_of_the_recipe_configs_shows_torchrun_vllm_and_the_cluster_interpreter(tmp_path, config, overlay):
     wd = make_workdir(tmp_path)
+    files = [config]
+    if overlay is not None:
+        (wd / "overlay.yaml").write_text(overlay or "{}\n")
+        files.append("overlay.yaml")
     py = "/shared/envs/grpoflow-cluster/bin/python"
     out = snakemake(
-        ["-n", "-p", "--profile", str(REPO / "profiles/slurm"), "--configfile", config]
+        ["-n", "-p", "--profile", str(REPO / "profiles/slurm"), "--configfile", *files]
         + ["--config", f"cluster_env={{python: {py}}}"],
         wd,
     )
     text = out.stdout + out.stderr
-    launch = f"env TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900 {py} -m torch.distributed.run --standalone --nproc-per-node 2 -m grpoflow.backends.trl.train"
+    n = 1 if overlay == "" else 2
+    if n == 2:
+        launch = f"env TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900 {py} -m torch.distributed.run --standalone --nproc-per-node 2 -m grpoflow.backends.trl.train"
+    else:
+        launch = f"{py} -m grpoflow.backends.trl.train"
+        assert "torch.distributed.run" not in text
     assert launch in text, text[-3000:]
     spec = json.loads(shlex.split(text[text.index(launch) :].splitlines()[0].split("> logs/")[0])[-1])
-    assert spec["trl"]["vllm"]["mode"] == "colocate" and spec["trl"]["processes"] == 2
+    assert spec["trl"]["vllm"]["mode"] == "colocate" and spec["trl"]["processes"] == n
+    assert spec["trl"]["vllm"]["gpu_memory_utilization"] == 0.3 and spec["trl"]["vllm"]["tensor_parallel_size"] == 1
     assert f"{py} -m grpoflow.workflow merge_checkpoint" in text, "the merge runs in the same environment"
-    assert "with TRL on 2 GPU process(es), vLLM colocate. GPU memory per GPU" in text
-    assert "gpu=2" in text or "--gpus=2" in text or "'gpu': 2" in text
+    assert f"with TRL on {n} GPU process(es), vLLM colocate. GPU memory per GPU" in text
+    train = text[text.index("rule train_grpo") :]
+    assert f"gpu={n}," in train[: train.index("\n\n")], "SLURM is asked for the GPUs the processes use (--gpus)"
