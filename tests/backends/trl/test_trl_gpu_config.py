@@ -88,9 +88,14 @@ def test_opt_ins_accept_bf16_masters_and_skip_the_memory_refusal(default_config)
     gpu(default_config, resources={"gpu_mem_gb": 4}, checks={"gpu_memory": False})
 
 
-def test_the_command_launches_torchrun_for_several_processes(default_config):
-    argv = shlex.split(command(gpu(default_config), EXP, INS, OUTS))
-    assert argv[:10] == [
+def test_the_command_checks_the_environment_then_launches_torchrun(default_config):
+    cmd = command(gpu(default_config), EXP, INS, OUTS)
+    # A brace group, so that the rule's `> {log} 2>&1` takes both commands.
+    assert cmd.startswith("{ ") and cmd.endswith("; }")
+    argv = shlex.split(cmd[2:-3])
+    check = argv.index("&&")
+    assert argv[:check] == ["python", "-m", "grpoflow.envcheck", "train-trl-gpu", "colocate", "lora"]
+    assert argv[check + 1 : check + 11] == [
         "env",
         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900",
         "python",
@@ -105,7 +110,9 @@ def test_the_command_launches_torchrun_for_several_processes(default_config):
     spec = json.loads(argv[-1])
     assert spec["trl"]["processes"] == 4 and spec["trl"]["vllm"]["mode"] == "colocate"
     one = shlex.split(command(gpu(default_config, trl={"processes": 1}), EXP, INS, OUTS))
-    assert one[:4] == ["python", "-m", "grpoflow.backends.trl.train", "--spec"]
+    assert one[:4] == ["python", "-m", "grpoflow.backends.trl.train", "--spec"]  # it checks itself at its start
+    cpu = command(resolved(default_config, {"defaults": {"trl": {"processes": 2}}}), EXP, INS, OUTS)
+    assert cpu.startswith("env TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900 python -m torch.distributed.run --standalone")
 
 
 def test_grpo_config_gets_the_vllm_settings_and_the_global_batch_of_any_process_count(default_config):

@@ -22,6 +22,12 @@ EXP = "tiny-arith-seed1"
 GPU = {"defaults": {"trl": {"use_cpu": False}, "resources": {"gpus_per_node": 2}, "grpo": {"lora": {"rank": 8}}}}
 
 
+def spec_of(command_line: str) -> dict:
+    """The --spec JSON of a train_grpo command line (plain, under torchrun, or in the check's brace group)."""
+    argv = shlex.split(command_line)
+    return json.loads(argv[argv.index("--spec") + 1].removesuffix(";"))  # "...'; }" in the brace group
+
+
 def test_trl_on_gpus_runs_where_verl_runs(default_config):
     assert experiment_plane(resolved(default_config).experiment(EXP)) == LOCAL
     assert experiment_plane(resolved(default_config, GPU).experiment(EXP)) == CLUSTER
@@ -29,7 +35,7 @@ def test_trl_on_gpus_runs_where_verl_runs(default_config):
 
 def test_the_check_names_cuda_torch_trl_vllm_and_cluster_env(default_config):
     cfg = resolved(default_config, GPU)
-    spec = json.loads(shlex.split(command(cfg, EXP, {"train": "t", "sft": "s"}, {"marker": "m", "metrics": "x"}))[-1])
+    spec = spec_of(command(cfg, EXP, {"train": "t", "sft": "s"}, {"marker": "m", "metrics": "x"}))
     assert envcheck.torch_cuda_build() is None, "this machine's torch is the CPU build (requirements/local.lock)"
     with pytest.raises(GrpoflowError) as err:
         envcheck.check_trl_gpu(spec)
@@ -80,15 +86,31 @@ def test_dry_run_of_the_recipe_configs_shows_torchrun_vllm_and_the_cluster_inter
     text = out.stdout + out.stderr
     n = 1 if overlay == "" else 2
     if n == 2:
-        launch = f"env TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900 {py} -m torch.distributed.run --standalone --nproc-per-node 2 -m grpoflow.backends.trl.train"
+        launch = (
+            f"{{ {py} -m grpoflow.envcheck train-trl-gpu colocate lora && env TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900 "
+            f"{py} -m torch.distributed.run --standalone --nproc-per-node 2 -m grpoflow.backends.trl.train"
+        )
     else:
         launch = f"{py} -m grpoflow.backends.trl.train"
         assert "torch.distributed.run" not in text
     assert launch in text, text[-3000:]
-    spec = json.loads(shlex.split(text[text.index(launch) :].splitlines()[0].split("> logs/")[0])[-1])
+    spec = spec_of(text[text.index(launch) :].splitlines()[0])
     assert spec["trl"]["vllm"]["mode"] == "colocate" and spec["trl"]["processes"] == n
     assert spec["trl"]["vllm"]["gpu_memory_utilization"] == 0.3 and spec["trl"]["vllm"]["tensor_parallel_size"] == 1
     assert f"{py} -m grpoflow.workflow merge_checkpoint" in text, "the merge runs in the same environment"
     assert f"with TRL on {n} GPU process(es), vLLM colocate. GPU memory per GPU" in text
     train = text[text.index("rule train_grpo") :]
     assert f"gpu={n}," in train[: train.index("\n\n")], "SLURM is asked for the GPUs the processes use (--gpus)"
+
+
+def test_the_check_before_torchrun_is_the_same_check_in_one_line():
+    """`python -m grpoflow.envcheck train-trl-gpu <mode> [lora]`, what the command runs before torchrun."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpoflow.envcheck", "train-trl-gpu", "none"], capture_output=True, text=True, timeout=60
+    )
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert last.startswith("grpoflow: error: environment check failed for train_grpo (backend trl on GPUs)")
+    assert "CUDA torch" in last and "vllm" not in last.split(";")[0] and "cluster_env" in last
+    bad = subprocess.run([sys.executable, "-m", "grpoflow.envcheck", "train-trl-gpu"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "train-trl-gpu <vllm mode> [lora]" in bad.stderr

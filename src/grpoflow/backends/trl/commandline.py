@@ -42,11 +42,21 @@ def launcher(spec: dict) -> str:
 
 
 def command(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> str:
-    """``python -m grpoflow.backends.trl.train --spec JSON``, under torchrun for several processes."""
+    """``python -m grpoflow.backends.trl.train --spec JSON``, under torchrun for several processes. On GPUs with
+    several processes the environment check runs once before torchrun (each rank checks again, in milliseconds):
+    in a wrong environment the job log ends with the check's one line instead of torchrun's failure report. The
+    group's braces keep the rule's redirection on both commands."""
+    from grpoflow.envcheck import trl_gpu_args
+
     spec = training_spec(cfg, experiment, inputs, outputs)
     cmd = common.spec_command("trl", spec)
     prefix = launcher(spec)
-    return prefix + cmd.removeprefix("python ") if prefix else cmd
+    if not prefix:
+        return cmd
+    cmd = prefix + cmd.removeprefix("python ")
+    if spec["trl"]["use_cpu"]:
+        return cmd
+    return f"{{ python -m grpoflow.envcheck {trl_gpu_args(spec)} && {cmd}; }}"
 
 
 def vllm_mode(exp: dict) -> str:
