@@ -100,3 +100,18 @@ def test_sigterm_stops_both_ranks_at_one_step_with_one_complete_checkpoint(
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
     assert f"resuming from {ckpt / f'checkpoint-{stopped}'}" in (tmp_path / "log2").read_text()
+
+
+@pytest.mark.slow
+def test_a_run_resumes_under_another_process_count(default_config, tmp_path, arith_parquet, tiny_sft_json):
+    """trl.processes keeps the global batch, so the checkpoints of a 1-process run are continued by 2 processes
+    (runner.RESUMABLE_CHANGES) rather than refused as trained with other settings."""
+    runs = {}
+    for n, total in ((1, 1), (2, 2)):
+        base = deep_merge(default_config, {"defaults": {"trl": {"processes": n}}})
+        runs[n] = spec_command(base, tmp_path, arith_parquet, tiny_sft_json, total_steps=total, save_freq=1)
+        proc = launch(runs[n][0], tmp_path / f"log{n}")
+        assert proc.wait(timeout=300) == 0, (tmp_path / f"log{n}").read_text()[-3000:]
+    assert f"resuming from {runs[2][1]['checkpoint_dir'] / 'checkpoint-1'}" in (tmp_path / "log2").read_text()
+    assert [r["step"] for r in read_jsonl(runs[2][1]["metrics"])] == [1, 2]
+    assert json.loads(Path(runs[2][1]["marker"]).read_text())["final_step"] == 2
