@@ -228,11 +228,13 @@ from grpoflow.report import samples_path
 from grpoflow.report import seed_groups as _seed_groups
 from grpoflow.backends.verl.memory import summary as _training_summary
 from grpoflow.backends.tunix.memory import summary as _tunix_summary
+from grpoflow.backends.trl.commandline import summary as _trl_summary
 
 
 def print_training_summaries():
     """Each verl experiment's GPU-memory estimate and what a time limit costs
-    (grpoflow.backends.verl.memory.summary), and each tunix experiment's HBM estimate for its tunix.tpu
+    (grpoflow.backends.verl.memory.summary), each TRL-on-GPU experiment's launch and estimate
+    (grpoflow.backends.trl.commandline.summary), and each tunix experiment's HBM estimate for its tunix.tpu
     (grpoflow.backends.tunix.memory.summary), one line each on stderr when the config loads: so `snakemake -n -p`
     shows them above the jobs (and `--dag` output on stdout stays a graph). Not a param or message: editing the estimate's constants must not retrain, and the
     usual listing of train_grpo jobs stays. Only the main process prints: the jobs' own Snakemake does not."""
@@ -243,6 +245,8 @@ def print_training_summaries():
             print(f"grpoflow: {_training_summary(name, e)}", file=sys.stderr)
         elif e["backend"] == "tunix" and e["tunix"]["tpu"]:
             print(f"grpoflow: {_tunix_summary(name, e)}", file=sys.stderr)
+        elif e["backend"] == "trl" and not e["trl"]["use_cpu"]:
+            print(f"grpoflow: {_trl_summary(name, e)}", file=sys.stderr)
 
 
 def check_node_shapes():

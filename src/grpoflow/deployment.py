@@ -2,10 +2,11 @@
 
 Three planes:
 
-- the *local* plane (data, discovery, TRL training and merging, transformers evaluation, report): Snakemake's
+- the *local* plane (data, discovery, TRL training and merging on the CPU, transformers evaluation, report): Snakemake's
   own interpreter (``sys.executable``). Under SLURM the plugin starts the in-job Snakemake with the
   submitter's interpreter, so this is the same environment on the login node and in the job.
-- the *cluster* plane (``train_grpo`` with backend verl, ``merge_checkpoint`` of verl experiments,
+- the *cluster* plane (``train_grpo`` and ``merge_checkpoint`` of verl experiments and of TRL experiments with
+  ``trl.use_cpu: false``,
   ``evaluate`` with ``evaluation.backend: vllm``): verl + vLLM (+ TransferQueue, flash-attn), which the local
   environment does not hold. Picked, in this order, by
     1. ``--sdm conda``: the rule's conda env (envs/cluster.yaml) is activated, so ``python`` is its interpreter;
@@ -99,6 +100,8 @@ def container(raw_config: dict, plane: str) -> str | None:
 
 
 def experiment_plane(exp: dict) -> str:
+    if exp["backend"] == "trl" and not exp["trl"]["use_cpu"]:
+        return CLUSTER  # TRL on GPUs needs CUDA torch and vLLM: the cluster environment (requirements/cluster.lock)
     return {"verl": CLUSTER, "tunix": TUNIX}.get(exp["backend"], LOCAL)
 
 

@@ -7,6 +7,7 @@ settings that pick the environment. Every job logs which interpreter it runs und
 always says which environment ran it.
 
     python -m grpoflow.envcheck train-verl|merge-verl|eval-vllm|train-tunix|merge-tunix|eval-tunix   # by hand, e.g. under srun
+    python -m grpoflow.envcheck train-trl-gpu colocate|none [lora]                                    # a TRL GPU job, before torchrun
 """
 
 from __future__ import annotations
@@ -69,6 +70,62 @@ def train_verl_needs(overrides: dict[str, str]) -> list[tuple[str, str, str]]:
     return needs
 
 
+TRL = ("trl", "trl==1.16.0")
+PEFT = ("peft", "peft")
+
+
+def torch_cuda_build() -> str | None:
+    """The CUDA version torch was built for, read from torch/version.py without importing torch (None: a CPU
+    build or no torch). Importing torch takes seconds and initialises nothing we need to know this."""
+    spec = importlib.util.find_spec("torch") if _found("torch") else None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    from pathlib import Path
+
+    try:
+        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.partition("=")
+        if name.split(":")[0].strip() == "cuda":
+            value = value.strip().strip("'\"")
+            return None if value in ("None", "") else value
+    return None
+
+
+def check_trl_gpu(spec: dict) -> None:
+    """train_grpo of a TRL experiment with trl.use_cpu false: CUDA torch, TRL, vLLM (unless trl.vllm.mode none) and
+    PEFT (LoRA) in this interpreter, found in milliseconds, before torch or a model is loaded."""
+    require_trl_gpu(spec["trl"]["vllm"]["mode"], bool((spec["grpo"].get("lora") or {}).get("rank")))
+
+
+def trl_gpu_args(spec: dict) -> str:
+    """The arguments of ``python -m grpoflow.envcheck`` that check_trl_gpu(spec) amounts to (run before torchrun)."""
+    lora = " lora" if (spec["grpo"].get("lora") or {}).get("rank") else ""
+    return f"train-trl-gpu {spec['trl']['vllm']['mode']}{lora}"
+
+
+def require_trl_gpu(vllm_mode: str, lora: bool) -> None:
+    job = "train_grpo (backend trl on GPUs)"
+    needs = [(*TRL, "backend: trl")]
+    if vllm_mode != "none":
+        needs.append((*VLLM, f"trl.vllm.mode {vllm_mode}"))
+    if lora:
+        needs.append((*PEFT, "grpo.lora"))
+    missing = [(pkg, why) for module, pkg, why in needs if not _found(module)]
+    cuda = torch_cuda_build()
+    if cuda is None:
+        torch_what = "torch" if not _found("torch") else "a CPU-only torch"
+        missing.insert(0, (f"CUDA torch (it has {torch_what})", "trl.use_cpu false"))
+    if missing:
+        what = ", ".join(f"{pkg} (for {why})" for pkg, why in missing)
+        raise GrpoflowError(f"environment check failed for {job}: {sys.executable} lacks {what}; {HOW_TO_PICK}")
+    log.info(
+        "environment check for %s passed: torch (CUDA %s), %s importable", job, cuda, ", ".join(m for m, _, _ in needs)
+    )
+
+
 TUNIX = ("tunix", "google-tunix==0.1.7")
 JAX = ("jax", "jax")
 ORBAX = ("orbax.checkpoint", "orbax-checkpoint")
@@ -113,8 +170,17 @@ def main(argv: list[str] | None = None) -> int:
     from grpoflow.workflow import guarded, setup_logging
 
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1:
-        print(f"usage: python -m grpoflow.envcheck train-verl|{'|'.join(NEEDS)}", file=sys.stderr)
+    if args[:1] == ["train-trl-gpu"] and len(args) in (2, 3) and args[2:] in ([], ["lora"]):
+        # train-trl-gpu <trl.vllm.mode> [lora]: what a TRL GPU job checks before torchrun starts its processes.
+        setup_logging()
+        log_interpreter()
+        guarded(require_trl_gpu, args[1], len(args) == 3, what="environment check")
+        return 0
+    if len(args) != 1 or args[0] == "train-trl-gpu":
+        print(
+            f"usage: python -m grpoflow.envcheck train-verl|{'|'.join(NEEDS)}|train-trl-gpu <vllm mode> [lora]",
+            file=sys.stderr,
+        )
         return 2
     setup_logging()
     log_interpreter()

@@ -29,6 +29,7 @@ def test_registry_lists_every_recipe_reward_with_docs():
     assert set(reg) == {
         "accuracy",
         "binary",
+        "boxed_binary",
         "format",
         "tag_count",
         "format2",
@@ -68,6 +69,19 @@ def test_accuracy():
 def test_binary_three_outcomes_and_custom_values():
     assert (score("binary", RIGHT), score("binary", WRONG), score("binary", NONE)) == (1.0, -1.0, -0.5)
     assert score("binary", NONE, correct=2.0, wrong=-2.0, no_answer=-3.0) == -3.0
+
+
+def test_boxed_binary_reads_boxed_answers_only():
+    """Recipe 004's reward: an answer outside \\boxed{} counts as no answer (binary grades it)."""
+    boxed_right, boxed_wrong = "so it is $\\boxed{42}$.", "so it is $\\boxed{43}$."
+    plain_right, cut = "6 times 7. The answer is 42.", "so it is $\\boxed{4"
+    assert [score("boxed_binary", c, "42") for c in (boxed_right, boxed_wrong, plain_right, cut)] == [
+        1.0,
+        -1.0,
+        -0.5,
+        -0.5,
+    ]
+    assert score("binary", plain_right, "42") == 1.0
 
 
 # ---- format rewards ------------------------------------------------------------------------------------------

@@ -257,3 +257,67 @@ def test_merge_and_vllm_evaluate_run_in_the_named_cluster_env(local_slurm, clust
         f"grpoflow: error: environment check failed for evaluate (backend vllm): {cluster_python} lacks vllm (verl[vllm]) (for evaluation.backend: vllm); install them there"
     )
     assert proc.returncode != 0 and not (wd / target).exists()
+
+
+TRL_EXP = "env-trl"
+
+
+def trl_overlay(tmp_path: Path, base: str) -> list[str]:
+    """One TRL-on-GPUs experiment (2 processes, vLLM colocate) on the shipped GSM8K sample; sbatch asks for 2 GPUs."""
+    shipped = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg = {
+        "datasets": {"gsm8k_sample": shipped["datasets"]["gsm8k_sample"]},
+        "experiments": {
+            TRL_EXP: {
+                "backend": "trl",
+                "data": {"dataset": "gsm8k_sample", "train_split": "train", "val_split": None},
+                "sft": {"model": base},
+                "grpo": {"total_steps": 2, "save_freq": 2, "prompts_per_step": 2, "num_generations": 2},
+                "trl": {"use_cpu": False},
+                "resources": {"nodes": 1, "gpus_per_node": 2, "cpus_per_task": 2, "mem_mb": 4000, "runtime": 10},
+            }
+        },
+        "evaluation": {"benchmarks": {"gsm8k_sample": {"dataset": "gsm8k_sample", "split": "test", "limit": 2}}},
+    }
+    path = tmp_path / "env-trl.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return ["--configfile", str(path)]
+
+
+def test_trl_on_gpus_runs_under_torchrun_in_the_named_cluster_env_and_stops_where_cuda_is_needed(
+    local_slurm, cluster_python, tiny_base, tmp_path
+):
+    """train_grpo of `backend: trl` with `trl.use_cpu: false` is a cluster-plane job: through profiles/slurm its command
+    (the environment check, then torchrun) runs under the cluster interpreter; the check finds TRL there and stops the
+    job before torchrun starts anything, naming CUDA torch and vLLM (this machine's torch is the CPU build) and
+    cluster_env, so the job log ends with that one line."""
+    wd = make_workdir(fresh(tmp_path / "trl"))
+    proc = snakemake_slurm(
+        [f"results/{TRL_EXP}/training_complete.json", *trl_overlay(tmp_path, tiny_base)]
+        + ["--config", f"cluster_env={{python: {cluster_python}}}", "--retries", "0"],
+        wd,
+        timeout=600,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and len(submitted_jobs(out)) == 1, out[-4000:]
+    assert (
+        f"{{ {cluster_python} -m grpoflow.envcheck train-trl-gpu colocate && env TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900 "
+        f"{cluster_python} -m torch.distributed.run --standalone --nproc-per-node 2 -m grpoflow.backends.trl.train"
+    ) in out
+    log = wd / "logs" / "train_grpo" / f"{TRL_EXP}.log"
+    text = log.read_text()
+    ran = [
+        ln.split("job interpreter: ", 1)[1].split(" (Python", 1)[0]
+        for ln in text.splitlines()
+        if "job interpreter: " in ln
+    ]
+    assert ran == [cluster_python], text[-3000:]
+    assert "torch.distributed" not in text and "Traceback" not in text, text[-3000:]
+    assert text.rstrip().splitlines()[-1] == (
+        f"grpoflow: error: environment check failed for train_grpo (backend trl on GPUs): {cluster_python} lacks CUDA torch "
+        "(it has a CPU-only torch) (for trl.use_cpu false), vllm (verl[vllm]) (for trl.vllm.mode colocate); install them there "
+        "(requirements/cluster.lock; flash-attn on a GPU node) or run the job in an environment that has them: cluster_env.python "
+        "or cluster_env.activate in the config or profile, --sdm conda (envs/cluster.yaml), or --sdm apptainer with "
+        "cluster_env.container (docs/cluster.md#deployment)"
+    ), text[-3000:]

@@ -200,9 +200,9 @@ def spec_command(backend: str, spec: dict) -> str:
 # ---- a backend's entry point: python -m grpoflow.backends.<name>.train --spec JSON ----------------------------------
 
 
-def train_main(backend: str, argv: list[str] | None, env_check: str | None = None) -> int:
-    """Parse ``--spec``, log the interpreter, run the environment check ``env_check`` (grpoflow.envcheck; seconds,
-    before any trainer import), then ``grpoflow.backends.<backend>.runner.run_training(spec)``; any failure is one
+def train_main(backend: str, argv: list[str] | None, env_check: str | Callable[[dict], None] | None = None) -> int:
+    """Parse ``--spec``, log the interpreter, run the environment check ``env_check`` (a grpoflow.envcheck kind, or
+    a function of the spec; seconds, before any trainer import), then ``grpoflow.backends.<backend>.runner.run_training(spec)``; any failure is one
     ``grpoflow: error:`` line (grpoflow.workflow.guarded)."""
     from grpoflow import envcheck
     from grpoflow.workflow import guarded, setup_logging
@@ -223,7 +223,9 @@ def train_main(backend: str, argv: list[str] | None, env_check: str | None = Non
 
     def train() -> None:
         envcheck.log_interpreter()
-        if env_check:
+        if callable(env_check):
+            env_check(spec)
+        elif env_check:
             envcheck.check(env_check)
         importlib.import_module(f"grpoflow.backends.{backend}.runner").run_training(spec)
 

@@ -6,7 +6,7 @@ group-level rewards take the list of samples of one prompt. Names follow the rec
 - Kaggle Fast-Math-R1 / verl (000): ``format2``, ``cosine``, ``length``
 - TRL Qwen3-0.6B ablations (002): ``format``, ``tag_count``, ``accuracy``, ``cosine``, ``length``, ``repetition_penalty``
 - Tunix TPU (003): ``match_format_exactly``, ``match_format_approximately``, ``check_answer``, ``check_numbers``
-- binary verifier (004): ``binary``
+- binary verifier (004): ``binary``, ``boxed_binary`` (the recipe's own: boxed answers only)
 - DAPO: ``soft_overlong``
 
 Length unit: **tokens** when the trainer supplies them (TRL's ``completion_ids``, verl's response mask via the
@@ -99,6 +99,25 @@ def binary(s: Sample, correct: float, wrong: float, no_answer: float) -> float:
     """The binary verifier of the Qwen2.5-Math recipe: +1 correct, -1 wrong, -0.5 when no answer is found."""
     v = s.verdict
     return correct if v.correct else (wrong if v.found else no_answer)
+
+
+@register(
+    "boxed_binary",
+    uses_verdict=True,
+    params={
+        "correct": Param(1.0, number(), "reward for a correct boxed answer"),
+        "wrong": Param(-1.0, number(), "reward for a wrong boxed answer"),
+        "no_answer": Param(-0.5, number(), "reward when the completion has no closed \\boxed{}"),
+    },
+)
+def boxed_binary(s: Sample, correct: float, wrong: float, no_answer: float) -> float:
+    """Recipe 004's reward as its reward_utils defines it: the answer is read from the last ``\\boxed{}`` only, so a
+    completion whose final answer is in another form ("The answer is 42", ``<answer>``, ``####``) gets
+    ``no_answer`` where ``binary`` would grade it."""
+    v = s.verdict
+    if v.source != "boxed":
+        return no_answer
+    return correct if v.correct else wrong
 
 
 # ---------------------------------------------------------------------------------------------------------------

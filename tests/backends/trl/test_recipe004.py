@@ -51,9 +51,25 @@ def test_the_experiment_has_the_recipes_values(cfg):
     assert exp["trl"]["completions_per_device_batch"] == 4
     # 3 epochs over GSM8K train at 8 prompts per step
     assert grpo["total_steps"] == math.ceil(3 * GSM8K_TRAIN / grpo["prompts_per_step"]) == 2803
-    assert exp["rewards"]["funcs"] == ["binary"] and exp["rewards"]["normalize"] == "none"
-    assert exp["rewards"]["params"] == {"binary": {"correct": 1.0, "wrong": -1.0, "no_answer": -0.5}}
-    assert exp["resources"]["gpus_per_node"] == 1 and exp["resources"]["nodes"] == 1
+    assert exp["rewards"]["funcs"] == ["boxed_binary"] and exp["rewards"]["normalize"] == "none"
+    assert exp["rewards"]["params"] == {"boxed_binary": {"correct": 1.0, "wrong": -1.0, "no_answer": -0.5}}
+    # `accelerate launch --multi_gpu`: 2 GPUs on one node, a training process on each, vLLM colocated.
+    assert exp["resources"]["gpus_per_node"] == 2 and exp["resources"]["nodes"] == 1
+    assert exp["trl"]["vllm"]["mode"] == "colocate"
+
+
+def test_lora_trains_the_recipes_share_of_parameters(cfg):
+    """ "Only ~0.28 % of parameters are trained": LoRA r 16 on q/k/v/o of Qwen2.5-Math-1.5B (the config's
+    architecture, from the model's config.json); all linear layers would be 4.2x as many."""
+    from grpoflow.backends.verl.memory import architecture
+
+    exp = cfg.experiment(NAME)
+    arch, _ = architecture(exp)
+    h, q, kv, r = arch.hidden_size, arch.num_attention_heads * arch.head_dim, arch.num_kv_heads * arch.head_dim, 16
+    qkvo = arch.num_layers * r * ((h + q) + 2 * (h + kv) + (q + h))
+    assert exp["grpo"]["lora"]["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    assert round(100 * qkvo / arch.params, 2) == 0.28
+    assert round(arch.lora_params(r) / qkvo, 1) == 4.2
 
 
 def test_the_prompt_asks_for_a_boxed_answer_and_evaluation_is_greedy_on_gsm8k_test(cfg):
@@ -75,8 +91,9 @@ def test_the_binary_reward_scores_correct_wrong_and_no_answer():
         Sample("6 times 7 is 42, so the answer is $\\boxed{42}$.", "42"),
         Sample("6 times 7 is 43, so the answer is $\\boxed{43}$.", "42"),
         Sample("<think>6 times 7 is", "42"),  # cut off in the reasoning: no final answer
+        Sample("6 times 7 is 42. The answer is 42.", "42"),  # right, but not boxed: the recipe reads \\boxed{} only
     ]
-    assert rewards.score(samples).total == [1.0, -1.0, -0.5]
+    assert rewards.score(samples).total == [1.0, -1.0, -0.5, -0.5]
 
 
 def test_trl_gets_beta_sampling_and_batch_from_the_config(spec):
@@ -97,8 +114,10 @@ def test_trl_gets_beta_sampling_and_batch_from_the_config(spec):
     assert (args.temperature, args.top_p) == (0.7, 0.9)
     assert args.max_completion_length == 2048
     assert args.learning_rate == 5e-6
-    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (4, 4)
-    assert args.generation_batch_size == 16, "one generation round of 8 prompts x 2 per optimizer step"
+    # Each of the 2 processes: per-device 4 x accumulation 2 = 8 completions; 16 per optimizer step in all.
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (4, 2)
+    assert args.generation_batch_size * spec["trl"]["processes"] == 16, "one round of 8 prompts x 2 per step"
+    assert kwargs["vllm_max_model_length"] == 512 + 2048 and kwargs["vllm_importance_sampling_correction"]
     assert args.max_steps == 2803 and args.loss_type == "grpo"
     assert args.disable_dropout is False, "TRL would zero the LoRA dropout otherwise"
 
@@ -111,7 +130,7 @@ def test_lora_config(spec):
     lora = peft_config(spec["grpo"]["lora"])
     assert isinstance(lora, LoraConfig)
     assert (lora.r, lora.lora_alpha, lora.lora_dropout) == (16, 32, 0.05)
-    assert lora.target_modules == "all-linear" and lora.task_type == "CAUSAL_LM"
+    assert lora.target_modules == {"q_proj", "k_proj", "v_proj", "o_proj"} and lora.task_type == "CAUSAL_LM"
 
 
 def test_the_reference_model_is_the_start_model_with_the_adapter_disabled(spec, tmp_path, default_config):
@@ -142,7 +161,9 @@ def test_the_reference_model_is_the_start_model_with_the_adapter_disabled(spec, 
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     kwargs = grpo_config_kwargs({**spec, "checkpoint_dir": str(tmp_path / "ckpt")})
-    kwargs.update(bf16=False, use_cpu=True, gradient_checkpointing=False, model_init_kwargs={"dtype": "float32"})
+    kwargs.update(
+        bf16=False, use_cpu=True, gradient_checkpointing=False, model_init_kwargs={"dtype": "float32"}, use_vllm=False
+    )
     rewards = build_reward_funcs(spec["rewards"], 2, tokenizer=tokenizer, max_response_length=2048)
     trainer = GRPOTrainer(
         model=model_dir,

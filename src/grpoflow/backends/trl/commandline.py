@@ -18,27 +18,160 @@ from grpoflow.errors import ConfigError
 
 
 def training_spec(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> dict:
-    return common.training_spec(
-        cfg, experiment, inputs, outputs, trust_remote_code=cfg.experiment(experiment)["sft"]["trust_remote_code"]
+    exp = cfg.experiment(experiment)
+    spec = common.training_spec(cfg, experiment, inputs, outputs, trust_remote_code=exp["sft"]["trust_remote_code"])
+    # The runner trains with what the config resolves to (processes, vLLM mode), not the nulls that stand for them.
+    spec["trl"] = {
+        **exp["trl"],
+        "processes": processes(exp),
+        "vllm": {**exp["trl"]["vllm"], "mode": vllm_mode(exp)},
+    }
+    return spec
+
+
+def launcher(spec: dict) -> str:
+    """torchrun for several processes (one host, a free rendezvous port, SIGTERM forwarded and waited for
+    trl.shutdown_timeout seconds before SIGKILL); nothing for one."""
+    n = spec["trl"]["processes"]
+    if n == 1:
+        return ""
+    return (
+        f"env TORCH_ELASTIC_SHUTDOWN_TIMEOUT={spec['trl']['shutdown_timeout']} python -m torch.distributed.run "
+        f"--standalone --nproc-per-node {n} "
     )
 
 
 def command(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> str:
-    return common.spec_command("trl", training_spec(cfg, experiment, inputs, outputs))
+    """``python -m grpoflow.backends.trl.train --spec JSON``, under torchrun for several processes. On GPUs with
+    several processes the environment check runs once before torchrun (each rank checks again, in milliseconds):
+    in a wrong environment the job log ends with the check's one line instead of torchrun's failure report. The
+    group's braces keep the rule's redirection on both commands."""
+    from grpoflow.envcheck import trl_gpu_args
+
+    spec = training_spec(cfg, experiment, inputs, outputs)
+    cmd = common.spec_command("trl", spec)
+    prefix = launcher(spec)
+    if not prefix:
+        return cmd
+    cmd = prefix + cmd.removeprefix("python ")
+    if spec["trl"]["use_cpu"]:
+        return cmd
+    return f"{{ python -m grpoflow.envcheck {trl_gpu_args(spec)} && {cmd}; }}"
+
+
+def vllm_mode(exp: dict) -> str:
+    """trl.vllm.mode resolved: colocate on GPUs, none on the CPU, unless set."""
+    mode = exp["trl"]["vllm"]["mode"]
+    return mode if mode is not None else ("none" if exp["trl"]["use_cpu"] else "colocate")
+
+
+def processes(exp: dict) -> int:
+    """trl.processes resolved: 1 on the CPU; on GPUs the node's GPUs (vLLM server mode is refused, so none are
+    set aside for a server)."""
+    n = exp["trl"]["processes"]
+    if n is not None:
+        return n
+    return 1 if exp["trl"]["use_cpu"] else max(exp["resources"]["gpus_per_node"], 1)
+
+
+def micro_batch(exp: dict) -> int:
+    """Completions per forward/backward micro-batch of one process (TRL per_device_train_batch_size)."""
+    grpo = exp["grpo"]
+    per_process = grpo["prompts_per_step"] * grpo["num_generations"] // processes(exp)
+    return exp["trl"]["completions_per_device_batch"] or per_process
 
 
 @register_backend_check("trl")
 def check_trl_experiment(name: str, exp: dict, cfg=None) -> None:
-    """Batch arithmetic TRL would only reject when training starts."""
-    grpo, trl = exp["grpo"], exp["trl"]
+    """What TRL (or torchrun, or vLLM) would only reject after the job queued and loaded the model, or never:
+    batch arithmetic across processes, the vLLM layout, GPUs present, bf16 master weights, GPU memory."""
+    grpo, trl, res = exp["grpo"], exp["trl"], exp["resources"]
     G, completions = grpo["num_generations"], grpo["prompts_per_step"] * grpo["num_generations"]
     where = f"config error: experiments.{name}"
+
+    def fail(msg: str) -> None:
+        raise ConfigError(f"{where}.{msg}")
+
     if G < 2:
-        raise ConfigError(
-            f"{where}.grpo.num_generations = {G}: GRPO compares completions within a prompt's group, so it needs at least 2"
+        fail(f"grpo.num_generations = {G}: GRPO compares completions within a prompt's group, so it needs at least 2")
+    gpu = not trl["use_cpu"]
+    mode, n = vllm_mode(exp), processes(exp)
+    if res["nodes"] > 1:
+        fail(
+            f"resources.nodes = {res['nodes']}: the TRL backend trains on one node (torchrun on one host); use nodes: 1, or backend: verl for several nodes"
         )
+    if gpu and res["gpus_per_node"] < 1:
+        fail(
+            "resources.gpus_per_node = 0 with trl.use_cpu false: TRL on GPUs needs the node's GPUs; set gpus_per_node, or trl.use_cpu: true"
+        )
+    if gpu and n > res["gpus_per_node"]:
+        fail(
+            f"trl.processes = {n} exceeds resources.gpus_per_node = {res['gpus_per_node']}: one training process per GPU; lower trl.processes or raise gpus_per_node"
+        )
+    if mode == "server":
+        fail(
+            "trl.vllm.mode = server is not supported yet (grpoflow starts no `trl vllm-serve`): use colocate (vLLM inside each training process) or none"
+        )
+    if mode != "none" and not gpu:
+        fail(
+            f"trl.vllm.mode = {mode} with trl.use_cpu true: vLLM generates on GPUs only; use trl.vllm.mode: none on the CPU"
+        )
+    tp = trl["vllm"]["tensor_parallel_size"]
+    if mode == "colocate" and n % tp:
+        fail(
+            f"trl.vllm.tensor_parallel_size = {tp} does not divide trl.processes = {n}: TRL groups the processes into vLLM engines of tensor_parallel_size GPUs each; use a divisor of {n}"
+        )
+    if completions % n:
+        fail(
+            f"trl.processes = {n} does not divide the {completions} completions of a step (grpo.prompts_per_step × num_generations = {grpo['prompts_per_step']} × {G}): each process takes an equal share; use a divisor of {completions} or change the batch"
+        )
+    per_process = completions // n
     micro = trl["completions_per_device_batch"]
-    if micro is not None and completions % micro:
-        raise ConfigError(
-            f"{where}.trl.completions_per_device_batch = {micro} does not divide the {completions} completions of a step (grpo.prompts_per_step × num_generations = {grpo['prompts_per_step']} × {G}): use a divisor of {completions}"
+    if micro is not None and per_process % micro:
+        fail(
+            f"trl.completions_per_device_batch = {micro} does not divide the {per_process} completions each of the {n} process(es) takes per step (grpo.prompts_per_step × num_generations / trl.processes = {grpo['prompts_per_step']} × {G} / {n}): use a divisor of {per_process}"
         )
+    if gpu:
+        _check_numerics(exp, fail)
+        _check_gpu_memory(name, exp, fail)
+
+
+def _check_numerics(exp: dict, fail) -> None:
+    if exp["trl"]["param_dtype"] == "bfloat16" and not exp["grpo"]["lora"]["rank"]:
+        if not exp["checks"]["allow_bf16_master_weights"]:
+            from grpoflow.backends.verl.memory import TYPICAL_WEIGHT, bf16_half_spacing
+
+            fail(
+                f"trl.param_dtype = bfloat16 for a full fine-tune: AdamW would step bf16 master weights, where an update below half bf16's spacing "
+                f"(|w| {TYPICAL_WEIGHT}: {bf16_half_spacing(TYPICAL_WEIGHT):.1e}; grpo.learning_rate = {exp['grpo']['learning_rate']:g}) rounds away; "
+                "use trl.param_dtype: auto (fp32 masters under bf16 autocast), or set checks.allow_bf16_master_weights: true"
+            )
+
+
+def memory_estimate(name: str, exp: dict):
+    from grpoflow.backends.trl.memory import estimate
+
+    return estimate(name, exp, processes(exp), micro_batch(exp), vllm_mode(exp))
+
+
+def _check_gpu_memory(name: str, exp: dict, fail) -> None:
+    b = memory_estimate(name, exp)
+    if b is None or not exp["checks"]["gpu_memory"]:
+        return
+    if not b.fits:
+        p = b.peak
+        terms = ", ".join(f"{k} {v:.1f}" for k, v in p.terms.items() if v >= 0.05)
+        fail(
+            f"resources.gpu_mem_gb = {exp['resources']['gpu_mem_gb']:g}: the estimated peak per GPU at {p.name} is {p.total:.1f} GiB of {b.capacity:.1f} "
+            f"({terms}; {b.arch}); use a smaller trl.completions_per_device_batch, a lower trl.vllm.gpu_memory_utilization (now "
+            f"{exp['trl']['vllm']['gpu_memory_utilization']}), LoRA, or checks.gpu_memory: false if you know better"
+        )
+
+
+def summary(name: str, exp: dict) -> str:
+    """What `snakemake -n` shows for a TRL experiment on GPUs: the launch and the GPU-memory estimate."""
+    b = memory_estimate(name, exp)
+    fit = (
+        b.line() if b else "GPU memory not checked: set architecture (a Qwen3 preset or the model's sizes) to check it"
+    )
+    return f"train {name} with TRL on {processes(exp)} GPU process(es), vLLM {vllm_mode(exp)}. {fit}"

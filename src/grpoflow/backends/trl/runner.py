@@ -18,7 +18,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
@@ -36,7 +38,13 @@ from grpoflow.rewards.trl import ZNORM_FUNC, build_reward_funcs
 log = logging.getLogger(__name__)
 
 # Settings a rerun may change and still resume (common.RESUMABLE_GRPO, plus TRL's logging interval).
-RESUMABLE_CHANGES = common.RESUMABLE_GRPO | {("trl", "logging_steps")}
+# trl.processes keeps the global batch (each process takes an equal share of a step's completions), and
+# trl.shutdown_timeout is the launcher's: neither changes what a step trains.
+RESUMABLE_CHANGES = common.RESUMABLE_GRPO | {
+    ("trl", "logging_steps"),
+    ("trl", "processes"),
+    ("trl", "shutdown_timeout"),
+}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -111,6 +119,7 @@ def load_prompts(parquet: str, tokenizer, max_prompt_length: int, where: str):
 
 
 def _callbacks(live_metrics: Path):
+    import torch
     from transformers import TrainerCallback
 
     class MetricsLog(TrainerCallback):
@@ -123,7 +132,8 @@ def _callbacks(live_metrics: Path):
             self.progress = StepProgress(args.max_steps)
 
         def on_log(self, args, state, control, logs=None, **kwargs):
-            if not logs or "train_runtime" in logs or state.global_step == 0:
+            # Every process logs the same (gathered) numbers: rank 0 alone writes them.
+            if not state.is_world_process_zero or not logs or "train_runtime" in logs or state.global_step == 0:
                 return
             row = metrics_row(state.global_step, logs)
             common.append_live_metrics(live_metrics, row)
@@ -137,7 +147,15 @@ def _callbacks(live_metrics: Path):
             self.signal = common.SigtermStop()
 
         def on_step_end(self, args, state, control, **kwargs):
-            if self.signal.requested:
+            stop = self.signal.requested
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                # Each process gets SIGTERM on its own, possibly a step apart: all stop at the first step any saw it,
+                # so they save the same checkpoint together (a save is collective) instead of waiting on each other.
+                device = "cuda" if torch.distributed.get_backend() == "nccl" else "cpu"
+                flag = torch.tensor([1 if stop else 0], device=device)
+                torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+                stop = bool(flag.item())
+            if stop:
                 control.should_save = True
                 control.should_training_stop = True
             return control
@@ -153,13 +171,22 @@ def grpo_config_kwargs(spec: dict) -> dict:
     grpo, trl = spec["grpo"], spec["trl"]
     G = grpo["num_generations"]
     completions = grpo["prompts_per_step"] * G
-    micro = trl["completions_per_device_batch"] or completions
+    # Each of the n processes takes completions / n of a step (TRL: generation_batch_size = per-device batch ×
+    # processes × gradient-accumulation steps = completions), so the global batch is the same for any n.
+    per_process = completions // trl["processes"]
+    micro = trl["completions_per_device_batch"] or per_process
+    gpu, lora = not trl["use_cpu"], bool((grpo.get("lora") or {}).get("rank"))
+    dtype = trl["param_dtype"]
+    if dtype == "auto":
+        # fp32 master weights (bf16 autocast on GPUs) unless the weights are a LoRA run's frozen base.
+        dtype = "auto" if gpu and lora else "float32"
+    vllm = trl["vllm"]
     kwargs = dict(
         output_dir=spec["checkpoint_dir"],
         max_steps=grpo["total_steps"],
         # One generation round of prompts_per_step × G completions per optimizer step, in micro-batches of `micro`.
         per_device_train_batch_size=micro,
-        gradient_accumulation_steps=completions // micro,
+        gradient_accumulation_steps=per_process // micro,
         num_generations=G,
         max_completion_length=grpo["max_response_length"],
         learning_rate=grpo["learning_rate"],
@@ -181,17 +208,24 @@ def grpo_config_kwargs(spec: dict) -> dict:
         logging_steps=trl["logging_steps"],
         use_cpu=trl["use_cpu"],
         # TRL defaults to bf16 and gradient checkpointing; on CPU both only slow training down (or fail).
-        bf16=not trl["use_cpu"],
-        gradient_checkpointing=not trl["use_cpu"],
-        model_init_kwargs={
-            "dtype": "float32" if trl["use_cpu"] else "auto",
-            "trust_remote_code": spec["trust_remote_code"],
-        },
+        bf16=gpu,
+        gradient_checkpointing=gpu,
+        model_init_kwargs={"dtype": dtype, "trust_remote_code": spec["trust_remote_code"]},
+        use_vllm=vllm["mode"] != "none",
         remove_unused_columns=False,
         report_to=list(grpo["report_to"]),
         # The per-step progress line (grpoflow.progress) replaces tqdm's bar, which a log file shows as one endless line.
         disable_tqdm=True,
     )
+    if vllm["mode"] != "none":
+        kwargs.update(
+            vllm_mode=vllm["mode"],
+            vllm_gpu_memory_utilization=vllm["gpu_memory_utilization"],
+            vllm_tensor_parallel_size=vllm["tensor_parallel_size"],
+            # Room for the longest prompt kept (grpo.max_prompt_length) and a full completion, nothing more.
+            vllm_max_model_length=grpo["max_prompt_length"] + grpo["max_response_length"],
+            vllm_importance_sampling_correction=vllm["importance_sampling_correction"],
+        )
     kwargs.update(trl["extra_args"])
     return kwargs
 
@@ -209,6 +243,17 @@ def grpo_config(spec: dict, reward_kwargs: dict):
         raise ConfigError(f"config error: {where}: TRL rejects the settings: {exc}")
 
 
+def stop_kwargs(spec: dict, tokenizer, model_path: str) -> dict:
+    """Rollouts stop on the tokens evaluation stops on (grpoflow.evaluation.generation.stop_token_ids: the
+    tokenizer's EOS, the model's generation_config EOS, ChatML's <|im_end|>/<|endoftext|>). TRL alone stops on the
+    first two only, so a base model whose generation config lists only <|endoftext|> (Qwen2.5-Math) would run on
+    past the chat template's end of turn. HF generate takes them as eos_token_id, vLLM as stop_token_ids."""
+    from grpoflow.evaluation.generation import ModelSource, stop_token_ids
+
+    ids = stop_token_ids(tokenizer, ModelSource(name="start", kind="sft", path=model_path))
+    return {"stop_token_ids": ids} if spec["trl"]["vllm"]["mode"] != "none" else {"eos_token_id": ids}
+
+
 def peft_config(lora: dict):
     if not lora or lora.get("rank", 0) <= 0:
         return None
@@ -223,19 +268,86 @@ def peft_config(lora: dict):
     )
 
 
-def run_training(spec: dict) -> dict:
-    """Train (or resume) to ``grpo.total_steps``; write the metrics and the completion marker. Returns the marker."""
+def run_training(spec: dict) -> dict | None:
+    """Train (or resume) to ``grpo.total_steps``; write the metrics and the completion marker. Returns the marker
+    (None on ranks other than 0: under torchrun rank 0 alone holds the checkpoint-dir lock, tidies the dir, writes
+    the metrics and the marker; the others train)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world != spec["trl"]["processes"]:
+        raise ConfigError(
+            f"config error: experiments.{spec['experiment']}.trl.processes = {spec['trl']['processes']} but this job runs {world} process(es): "
+            "start it with the command train_grpo composes (torchrun --nproc-per-node trl.processes)"
+        )
+    if not spec["trl"]["use_cpu"]:
+        import torch
+
+        have = torch.cuda.device_count()
+        if have < world:
+            raise GrpoflowError(
+                f"train_grpo of {spec['experiment']} runs {world} training process(es) on GPUs (trl.processes) but this job sees {have} GPU(s) "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): ask for them with resources.gpus_per_node, and run it in the cluster environment (cluster_env)"
+            )
+    if world == 1:
+        return _run(spec, rank=0)
+    from accelerate import PartialState
+
+    # The process group the trainer will use (accelerate's shared state), set up now so that rank 0 can hand the
+    # resume point (or its refusal) to the others before any of them loads a model.
+    state = PartialState(cpu=spec["trl"]["use_cpu"])
+    if spec["trl"]["use_cpu"]:
+        _accept_cpu_rank_locations()
+    return _run(spec, rank=state.process_index)
+
+
+def _accept_cpu_rank_locations() -> None:
+    """accelerate names each CPU process's device ``cpu:<rank>``, and HF Trainer resumes several processes with
+    ``torch.load(optimizer.pt, map_location=args.device)``; torch restores only the location ``cpu``
+    (``torch.serialization.default_restore_location``), so a gloo run could not resume. A tensor asked onto
+    ``cpu:N`` is a CPU tensor: this deserializer keeps it where it is. It tags nothing, so saving is unchanged."""
+    import torch.serialization as ser
+
+    if not any(getattr(d, "__name__", "") == "_cpu_rank" for _, _, d in ser._package_registry):
+
+        def _cpu_rank(obj, location: str):
+            return obj if location.startswith("cpu:") else None
+
+        ser.register_package(99, lambda obj: None, _cpu_rank)
+
+
+def _run(spec: dict, rank: int) -> dict | None:
     total = spec["grpo"]["total_steps"]
     model_path = sft_model_path(spec["sft"])
-    with exclusive_dir(spec["checkpoint_dir"]):
-        resume = prepare_checkpoint_dir(spec, model_path)
+    lock = exclusive_dir(spec["checkpoint_dir"]) if rank == 0 else contextlib.nullcontext()
+    with lock:
+        resume, refusal = None, None
+        if rank == 0:
+            try:
+                resume = prepare_checkpoint_dir(spec, model_path)
+            except GrpoflowError as err:
+                refusal = err
+        resume = _from_rank_zero(resume, refusal)
         if resume is not None and resume[0] == total:
             # Trained to the end before (e.g. killed while writing the outputs): HF Trainer would train one step more.
             log.info("%s is the planned final step: nothing left to train", resume[1])
             final_step = total
         else:
             final_step = train(spec, model_path, resume[1] if resume else None)
-        return finish(spec, model_path, final_step)
+        return finish(spec, model_path, final_step) if rank == 0 else None
+
+
+def _from_rank_zero(resume, refusal: GrpoflowError | None):
+    """Rank 0's resume point, or its refusal raised on every rank (one process: as it is)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        box = [resume, None if refusal is None else (type(refusal), str(refusal))]
+        dist.broadcast_object_list(box, src=0)
+        resume, err = box
+        if err is not None:
+            raise err[0](err[1])
+    elif refusal is not None:
+        raise refusal
+    return resume
 
 
 def train(spec: dict, model_path: str, resume: Path | None) -> int:
@@ -254,7 +366,9 @@ def train(spec: dict, model_path: str, resume: Path | None) -> int:
     rewards = build_reward_funcs(
         spec["rewards"], grpo["num_generations"], tokenizer=tokenizer, max_response_length=grpo["max_response_length"]
     )
-    args = grpo_config(spec, rewards.config_kwargs)
+    # trl.extra_args.generation_kwargs (if any) adds to the stop tokens rather than dropping them.
+    generation = {**stop_kwargs(spec, tokenizer, model_path), **spec["trl"]["extra_args"].get("generation_kwargs", {})}
+    args = grpo_config(spec, {**rewards.config_kwargs, "generation_kwargs": generation})
     torch.manual_seed(grpo["seed"])
     trainer = GRPOTrainer(
         model=model_path,
