@@ -384,6 +384,44 @@ CASES = [
     ("D8 context numbers (wrong)", "Tom has 5 apples left after 3 days.", "3", False, "5", "conclusion"),
     ("D9 thousands comma vs list", f"{B}{{1, 680}}", "1680", False, ANY, "boxed"),
     ("D10 empty truth is never matched", f"{B}{{}}", "", False, None, None),
+    # ---- Issue 18: reward leaks closed at the root ------------------------------------------------------------
+    # Equations are relations: equal only when they state the same relation (same polynomial up to a factor).
+    ("E1 plane vs other plane", f"{B}{{x + y - z + 2 = 0}}", "5x - 7y + 11z + 4 = 0", False, ANY, "boxed"),
+    ("E1 plane scaled", f"{B}{{10x - 14y + 22z + 8 = 0}}", "5x - 7y + 11z + 4 = 0", True, ANY, "boxed"),
+    ("E1 plane rearranged", f"{B}{{-5x + 7y - 11z = 4}}", "5x - 7y + 11z + 4 = 0", True, ANY, "boxed"),
+    ("E1 relation vs its right-hand side", f"{B}{{0}}", "5x - 7y + 11z + 4 = 0", False, ANY, "boxed"),
+    ("E1 same right-hand side, other relation", f"{B}{{x + y = 5}}", "2x = 5", False, ANY, "boxed"),
+    ("E1 solved form of the relation", f"{B}{{x = \\frac{{5}}{{2}}}}", "2x = 5", True, ANY, "boxed"),
+    ("E1 value written first", f"{B}{{x = 2}}", "2=x", True, ANY, "boxed"),
+    ("E1 value written first, bare value", f"{B}{{2}}", "2 = y", True, ANY, "boxed"),
+    ("E1 value written first (wrong)", f"{B}{{3}}", "2=x", False, ANY, "boxed"),
+    ("E1 value for another name", f"{B}{{y = 2}}", "x = 2", False, ANY, "boxed"),
+    # Labelled answers compare label by label.
+    ("E2 labels swapped", f"{B}{{a_{{37}} = 2, a_3 = 19}}", "a_3 = 2, a_{37} = 19", False, ANY, "boxed"),
+    ("E2 labels in another order", f"{B}{{a_{{37}} = 19, a_3 = 2}}", "a_3 = 2, a_{37} = 19", True, ANY, "boxed"),
+    ("E2 a and b swapped", f"{B}{{a=2, b=19}}", "a=19, b=2", False, ANY, "boxed"),
+    ("E2 a and b reordered", f"{B}{{b=2, a=19}}", "a=19, b=2", True, ANY, "boxed"),
+    # Exact values are compared exactly (relative to their size), never with an absolute float tolerance.
+    ("E3 tiny factorial reciprocals", f"{B}{{\\frac{{1}}{{2004!}}}}", "\\frac{1}{2006!}", False, ANY, "boxed"),
+    ("E3 tiny factorial reciprocal (right)", f"{B}{{\\frac{{1}}{{2004!}}}}", "\\frac{1}{2004!}", True, ANY, "boxed"),
+    ("E3 tiny powers", f"{B}{{\\frac{{1}}{{2^{{98}}}}}}", "\\frac{1}{2^{99}}", False, ANY, "boxed"),
+    ("E3 tiny power, other form", f"{B}{{2^{{-99}}}}", "\\frac{1}{2^{99}}", True, ANY, "boxed"),
+    ("E3 tiny value", f"{B}{{10^{{-20}}}}", "10^{-21}", False, ANY, "boxed"),
+    # MATH's thousands separator.
+    ("E4 MATH thousands", f"The answer is ${B}{{10,\\!000}}$.", "10000", True, ANY, "boxed"),
+    ("E4 MATH thousands, currency", f"${B}{{\\$15,\\!000}}$", "15000", True, ANY, "boxed"),
+    ("E4 MATH thousands, spaced", f"{B}{{11,\\! 111,\\! 100}}", "11111100", True, ANY, "boxed"),
+    ("E4 MATH thousands (wrong)", f"{B}{{11,\\! 111,\\! 101}}", "11111100", False, ANY, "boxed"),
+    ("E4 MATH thousands in the truth", f"{B}{{10000}}", "10,\\!000", True, ANY, "boxed"),
+    ("E4 a list is not a thousands number", f"{B}{{1,2}}", "10,\\!000", False, ANY, "boxed"),
+    # Decisions where the convention was silent (docs/answer-convention.md).
+    ("D11 decimal comma in the answer", f"{B}{{1000,99}}", "1000.99", True, ANY, "boxed"),
+    ("D11 decimal comma (wrong)", f"{B}{{2,75}}", "2.74", False, ANY, "boxed"),
+    ("D11 a thousands group is no decimal comma", f"{B}{{1,500}}", "1.5", False, ANY, "boxed"),
+    ("D11 against a list it is a list", f"{B}{{1,5}}", "1, 5", True, ANY, "boxed"),
+    ("D12 Oxford comma", f"{B}{{19, 46, \\text{{ and }} 82}}", "19, 46, and 82", True, ANY, "boxed"),
+    ("D12 Oxford comma (wrong)", f"{B}{{19, 46, \\text{{ and }} 83}}", "19, 46, and 82", False, ANY, "boxed"),
+    ("D13 a worked solution as the truth", f"{B}{{20}}", "So $x = 1/5$, or $\\boxed{20}$ percent.", True, ANY, "boxed"),
 ]
 
 
@@ -408,5 +446,7 @@ def test_every_rule_has_both_outcomes():
     rules: dict[str, set] = {}
     for cid, *_rest, correct, _e, _s in [(c[0], c[3], c[4], c[5]) for c in CASES]:
         rules.setdefault(cid.split()[0], set()).add(correct)
-    one_sided = [r for r, outcomes in rules.items() if outcomes != {True, False} and not r.startswith(("D", "1.2"))]
+    one_sided = [
+        r for r, outcomes in rules.items() if outcomes != {True, False} and not r.startswith(("D", "1.2", "E"))
+    ]
     assert not one_sided, f"rules with only one outcome tested: {one_sided}"

@@ -313,7 +313,7 @@ _NUMBER_RHS_RE = lre.compile(rf"-?\\?\$?\s?(?:{_NUM})(?:\s*\\?%)?(?:\s*\\text\{{
 _VARIABLE_RE = lre.compile(r"[A-Za-z](?:_\{?\w+\}?)?")
 
 
-def _split_equals(text: str) -> list[str]:
+def split_equals(text: str) -> list[str]:
     """``text`` split at each ``=`` that is an equals sign, not part of ``<=``, ``>=``, ``!=``, ``\\=`` or
     ``==`` (a single linear scan)."""
     parts, start = [], 0
@@ -328,7 +328,7 @@ def _split_equals(text: str) -> list[str]:
 def _math_value(latex: str) -> str:
     """A math span's result: the right-hand side of a chain whose last side is a number, else the whole span."""
     inner = latex.strip()
-    parts = _split_equals(inner)
+    parts = split_equals(inner)
     if len(parts) > 1:
         rhs = parts[-1].strip()
         if _NUMBER_RHS_RE.fullmatch(rhs) or (
