@@ -178,7 +178,11 @@ def _report(kind: str, detail: str, gold: str, pred: str) -> None:
 _CHOICE_RE = lre.compile(
     r"^\s*(?:\\text(?:bf|rm)?\s*\{\s*|\\mathrm\s*\{\s*|\\textbf\s*\{\s*)?\(?\s*([A-E])\s*\)?\s*\}?\s*(?:[.:)]|\\[ ,;]|\s|$)"
 )
-_GOLD_CHOICE_RE = lre.compile(r"^\s*(?:\\text(?:bf|rm)?\s*\{\s*|\\mathrm\s*\{\s*)?\(?\s*([A-E])\s*\)?\s*\}?\s*$")
+_GOLD_CHOICE_RE = lre.compile(
+    r"^\s*(?:\\text(?:bf|rm)?\s*\{\s*|\\mathrm\s*\{\s*)?\(?\s*([A-E])\s*\)?\s*\}?\s*$"
+    # a choice with its option's text, as datasets store it: "(D) Alina", "C Cecile"
+    r"|^\s*\(([A-E])\)\s*[^\n]+$|^\s*([A-E])\s+[A-Z][a-z]+(?:\s+[A-Z][a-z]+)*\s*$"
+)
 _BASE_RE = lre.compile(r"^\s*(?:\\text\s*\{)?([0-9A-Za-z]+)\}?\s*_\s*\{?\s*(\d{1,2})\s*\}?\s*$")
 _HEDGE_WORD_RE = lre.compile(
     r"\\text\s*\{\s*or\s*\}|(?:^|[^a-z])or(?:[^a-z]|$)|\\lor\b|\\vee\b|\bmaybe\b|\beither\b", lre.I
@@ -513,7 +517,7 @@ def _gold(gold: str) -> _Gold:
     items = _split_list(gold)
     return _Gold(
         hedge=bool(_HEDGE_WORD_RE.search(gold)),
-        choice=m.group(1) if m else None,
+        choice=next((c for c in m.groups() if c), None) if m else None,
         base=(b.group(1).upper(), b.group(2)) if b and not number else None,
         items=tuple(items) if items else None,
         item_numbers=tuple(_number(x) for x in items) if items else None,
@@ -635,8 +639,6 @@ def _compare_equations(answer: str, g: _Gold) -> tuple[bool, str, str | None] | 
         if a_eq is None and not _INEQUALITY_RE.search(answer):
             return False, "equation", "wrong answer (a value for an equation)"
         return None  # relation against equation: sympy, in the worker
-    if a_eq is not None and a_eq[1] is None and g_eq is None and "=" not in _g_text(g):
-        return False, "equation", "wrong answer (an equation for a value)"
     if a_eq is not None and g_eq is not None and a_eq[1] is not None and g_eq[1] is not None:
         if a_eq[0] and g_eq[0] and a_eq[0] != g_eq[0]:
             return False, "equation", "wrong answer (a value for another name)"
@@ -646,15 +648,13 @@ def _compare_equations(answer: str, g: _Gold) -> tuple[bool, str, str | None] | 
     return None  # e.g. y = 5 - 2x against y = -2x + 5: the worker compares the relations
 
 
-def _g_text(g: _Gold) -> str:
-    return g.key
-
-
-_LATEX_NOISE_RE = lre.compile(r"\\left|\\right|\\[,;:! ]|\\displaystyle|\s+|\$")
+_LATEX_NOISE_RE = lre.compile(r"\\left|\\right|\\[,;:! ]|\\q?quad\b|\\displaystyle|\s+|\$")
+_TEXT_CONTENT_RE = lre.compile(r"\\(?:text|textrm|mathrm|textbf|mbox)\s*\{([^{}]*)\}")
 
 
 def _latex_key(text: str) -> str:
     """LaTeX with spacing, sizing and math delimiters removed, and \\dfrac/\tfrac written \frac."""
+    text = _TEXT_CONTENT_RE.sub(lambda m: m.group(1), text) if "\\" in text else text  # "\\text{odd } n" = "odd n"
     return _LATEX_NOISE_RE.sub("", text).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
 
 

@@ -49,6 +49,8 @@ AMBIGUOUS: dict[str, str] = {
     MV + "test_open_thoughts.py:79": "two boxes for two parts of a question with prose between them: the convention "
     "merges only adjacent boxes (§2a), a multi-part question might want both",
     MV + "test_open_thoughts.py:134": "two boxes for two parts of a question with prose between them (as above)",
+    MV + "test_open_thoughts.py:149": "the ground truth boxes two parts with prose between them ('papers and'): "
+    "the convention's rule a reads the last box; a two-part question wants both",
     MV + "test_string_extraction.py:18": _OPENING_LETTER,
     MV + "test_string_extraction.py:23": "'Because B is valid' argues for B without stating an answer",
     LE + "94": _GOLD_IS_TEXT,
