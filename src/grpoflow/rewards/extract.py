@@ -590,6 +590,11 @@ def _sentences(text: str) -> list[str]:
     return [s for s in out if s.strip(" \t\n*#>-")]
 
 
+# A response that is a single expression of numbers and one-letter unknowns, with an operator between terms.
+_BARE_EXPRESSION_RE = lre.compile(
+    r"[-+]?(?:\d+(?:\.\d+)?[a-z]?|[a-z]|\(|\))(?:\s*(?:[-+*/^]\s*)?(?:\d+(?:\.\d+)?[a-z]?|[a-z]|\(|\)))*"
+)
+_OPERATOR_BETWEEN_RE = lre.compile(r"[\w)]\s*[-+*/^]\s*[\w(]")
 _ONLY_CHOICE_RE = lre.compile(r"[\s*]*\(?([A-E])\)?[\s*]*[.。]?\s*")
 # A response that opens with its choice letter ("D. it can't be A or B", "B。不是 A", "B不是 A").
 _OPENING_CHOICE_RE = lre.compile(r"[\s*]*\(?([A-E])\)?(?:[.。:：)]|[^\x00-\x7F])")
@@ -619,6 +624,9 @@ def _from_conclusion(response: str) -> Extraction:
     only = _ONLY_CHOICE_RE.fullmatch(response)
     if only:  # the whole response is a choice letter ("A" is not a truncated sentence)
         return Extraction(only.group(1), "conclusion")
+    bare = response.strip()
+    if len(bare) <= 100 and _BARE_EXPRESSION_RE.fullmatch(bare) and _OPERATOR_BETWEEN_RE.search(bare):
+        return Extraction(bare, "conclusion")  # the response is one expression ("3+2", "2x + 2"): read it whole
     opening = _OPENING_CHOICE_RE.match(response) if len(response.strip()) <= MAX_LETTER_RESPONSE_CHARS else None
     if opening and not _DIGIT_RE.search(response):  # "B。不是 A", "D. it can't be A or B": the letter it opens with
         return Extraction(opening.group(1), "conclusion")

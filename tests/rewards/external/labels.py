@@ -60,3 +60,32 @@ AMBIGUOUS: dict[str, str] = {
     "a sequence depends on the question",
     HM + "47": "as above: a set of solutions or a sequence depends on the question",
 }
+
+# Cases whose upstream test asserts no verdict (only that the reward is 0 or 1): the convention's label.
+AR = "AReaL:tests/test_math_verify_reward.py:"
+LABELS: dict[str, bool] = {
+    AR + "233": False,  # 0.333333333 for 1/3: a rounded decimal (convention §3 'Exact values')
+    AR + "268": True,
+    AR + "340": False,  # 1.414 for sqrt(2): a rounded decimal
+    AR + "422": True,
+    AR + "446": True,  # 4 for 12/3: an unsimplified ground truth
+    AR + "465": True,  # 3+2 for 5: an unsimplified answer (convention §3 'Equal but unsimplified forms')
+    AR + "487": True,  # x = 4 for 4
+    AR + "502": True,
+    AR + "514": True,
+    AR + "603": True,
+    AR + "626": True,
+    AR + "693": True,
+    AR + "704": True,
+}
+_PYTHON_GOLD = "the ground truth is written in Python syntax (pi, sqrt(), *), not as an answer key in LaTeX"
+AMBIGUOUS.update(
+    {
+        AR + "268": _PYTHON_GOLD,
+        AR + "502": "the answer is an identity whose right-hand side is the ground truth: result or restatement",
+        AR + "514": _PYTHON_GOLD + "; and it holds one root where the answer gives both (±)",
+        AR + "603": _PYTHON_GOLD,
+        AR + "626": _PYTHON_GOLD,
+        AR + "693": _PYTHON_GOLD,
+    }
+)

@@ -23,7 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from labels import AMBIGUOUS, OVERRIDES  # noqa: E402
+from labels import AMBIGUOUS, LABELS, OVERRIDES  # noqa: E402
 
 SOURCES = {
     "huggingface/Math-Verify": [
@@ -38,12 +38,14 @@ SOURCES = {
     "huggingface/lighteval": ["tests/unit/metrics/test_extractive_match.py"],
     "hendrycks/math": ["modeling/math_equivalence_test.py"],
     "huggingface/open-r1": ["tests/test_rewards.py"],
+    "inclusionAI/AReaL": ["tests/test_math_verify_reward.py"],
 }
 OUT = {
     "huggingface/Math-Verify": "math_verify.jsonl",
     "huggingface/lighteval": "lighteval.jsonl",
     "hendrycks/math": "hendrycks_math.jsonl",
     "huggingface/open-r1": "open_r1.jsonl",
+    "inclusionAI/AReaL": "areal.jsonl",
 }
 
 
@@ -148,6 +150,56 @@ def _cases_open_r1(repo: str, path: str, text: str):
         )
 
 
+def _cases_areal(repo: str, path: str, text: str):
+    """AReaL's reward tests: ``reward = <fn>(completions=..., answer=...)`` then ``assert reward == X`` (or an
+    assertion that only checks the reward is 0 or 1: no upstream verdict)."""
+    tree = ast.parse(text)
+    for cls in tree.body:
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for fn in cls.body:
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            call = next(
+                (
+                    n
+                    for n in ast.walk(fn)
+                    if isinstance(n, ast.Call) and {"completions", "answer"} <= {k.arg for k in n.keywords}
+                ),
+                None,
+            )
+            if call is None:
+                continue
+            kw = {k.arg: k.value for k in call.keywords}
+            try:
+                completion, gold = ast.literal_eval(kw["completions"]), ast.literal_eval(kw["answer"])
+            except ValueError:
+                continue
+            if not isinstance(completion, str) or not isinstance(gold, str):
+                continue  # answer=None: an API-robustness test, not a grading case
+            expected = None
+            for n in ast.walk(fn):
+                if (
+                    isinstance(n, ast.Compare)
+                    and isinstance(n.left, ast.Name)
+                    and n.left.id == "reward"
+                    and isinstance(n.ops[0], ast.Eq)
+                    and isinstance(n.comparators[0], ast.Constant)
+                ):
+                    expected = bool(n.comparators[0].value)
+            fname = ast.unparse(call.func)
+            yield dict(
+                category=f"areal_{fname}",
+                completion=completion,
+                gold=gold,
+                upstream=expected,
+                upstream_assertion=f"{fname}(completions={completion!r}, answer={gold!r}) == {expected}  [{fn.name}]"
+                if expected is not None
+                else f"{fname}(...) in [0.0, 1.0] (no verdict asserted)  [{fn.name}]",
+                line=call.lineno,
+            )
+
+
 def derive(mirror: Path) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     seen: dict[tuple[str, str], str] = {}
@@ -161,6 +213,8 @@ def derive(mirror: Path) -> dict[str, list[dict]]:
                 found = _cases_hendrycks(repo, path, text)
             elif repo == "huggingface/open-r1":
                 found = _cases_open_r1(repo, path, text)
+            elif repo == "inclusionAI/AReaL":
+                found = _cases_areal(repo, path, text)
             else:
                 found = _cases_parametrized(repo, path, text)
             for c in found:
@@ -170,6 +224,8 @@ def derive(mirror: Path) -> dict[str, list[dict]]:
                     continue
                 seen[key] = case_id
                 label, why = c["upstream"], None
+                if case_id in LABELS:  # no verdict asserted upstream: labelled here
+                    label, why = LABELS[case_id], "no upstream verdict; labelled by the convention"
                 if case_id in OVERRIDES:
                     label, why = OVERRIDES[case_id]
                 row = {
@@ -187,9 +243,11 @@ def derive(mirror: Path) -> dict[str, list[dict]]:
                     "file": path,
                     "line": c["line"],
                 }
+                if row["label"] is None:
+                    raise SystemExit(f"{case_id}: no upstream verdict and no label in labels.LABELS")
                 rows.append(row)
         out[OUT[repo]] = rows
-    unknown = (set(OVERRIDES) | set(AMBIGUOUS)) - {r["id"] for rows in out.values() for r in rows}
+    unknown = (set(OVERRIDES) | set(AMBIGUOUS) | set(LABELS)) - {r["id"] for rows in out.values() for r in rows}
     if unknown:
         raise SystemExit(f"labels.py names cases that no longer exist upstream: {sorted(unknown)}")
     return out

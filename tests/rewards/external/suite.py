@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Callable
 
 HERE = Path(__file__).resolve().parent
-FILES = ("math_verify.jsonl", "lighteval.jsonl", "hendrycks_math.jsonl", "open_r1.jsonl", "grpoflow_issue18.jsonl")
+FILES = (
+    "math_verify.jsonl",
+    "lighteval.jsonl",
+    "hendrycks_math.jsonl",
+    "open_r1.jsonl",
+    "areal.jsonl",
+    "grpoflow_issue18.jsonl",
+)
 
 
 def load_cases(directory: Path = HERE) -> list[dict]:
