@@ -118,7 +118,7 @@ def _same_relation(g, p) -> bool | None:
     """Two equations are equal when they state the same relation: lhs - rhs of one is a nonzero constant times
     that of the other (``x + y = 5`` is not ``2x = 5``; ``2 = x`` is ``x = 2``; ``2x + 4y - 3 = 0`` is
     ``y = -x/2 + 3/4``). None when either side is not an equation between unknowns (math-verify decides)."""
-    from sympy import Eq, simplify
+    from sympy import Eq, cancel, simplify
 
     if not (isinstance(g, Eq) and isinstance(p, Eq)):
         return None
@@ -127,8 +127,11 @@ def _same_relation(g, p) -> bool | None:
         return None
     if (dg - dp).expand() == 0:
         return True
-    ratio = simplify(dg / dp)
-    return bool(ratio.is_number and ratio.is_finite and ratio != 0 and not ratio.free_symbols)
+    # cancel() settles polynomials (a line, a plane, a conic) exactly and fast; simplify only for the rest.
+    ratio = cancel(dg / dp)
+    if ratio.free_symbols and not (dg.is_polynomial() and dp.is_polynomial()):
+        ratio = simplify(ratio)
+    return bool(not ratio.free_symbols and ratio.is_number and ratio.is_finite and ratio != 0)
 
 
 def check_gold(gold: str) -> None:
