@@ -512,3 +512,16 @@ def test_every_rule_has_both_outcomes():
         r for r, outcomes in rules.items() if outcomes != {True, False} and not r.startswith(("D", "1.2", "E"))
     ]
     assert not one_sided, f"rules with only one outcome tested: {one_sided}"
+
+
+@pytest.mark.parametrize(
+    "completion,truth",
+    [
+        (f"{B}{{x = \\pm 1}}", "x^2 = 1"),  # a side that is a set: no relation to compare, not an error
+        (f"{B}{{F_n = \\sum_{{k=0}}^{{n-2}} F_k}}", "F_n = \\sum_{k=0}^{n-1} F_k"),
+        (f"{B}{{\\frac{{1}}{{2004!}}}}", "\\frac{1}{2006!}"),
+    ],
+)
+def test_relations_and_exact_values_are_decided_not_errors(completion, truth):
+    v = verify(completion, truth)
+    assert not v.correct and not v.error, v

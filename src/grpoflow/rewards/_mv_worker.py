@@ -122,16 +122,19 @@ def _same_relation(g, p) -> bool | None:
 
     if not (isinstance(g, Eq) and isinstance(p, Eq)):
         return None
-    dg, dp = g.lhs - g.rhs, p.lhs - p.rhs
-    if not (dg.free_symbols and dp.free_symbols):
-        return None
-    if (dg - dp).expand() == 0:
-        return True
-    # cancel() settles polynomials (a line, a plane, a conic) exactly and fast; simplify only for the rest.
-    ratio = cancel(dg / dp)
-    if ratio.free_symbols and not (dg.is_polynomial() and dp.is_polynomial()):
-        ratio = simplify(ratio)
-    return bool(not ratio.free_symbols and ratio.is_number and ratio.is_finite and ratio != 0)
+    try:
+        dg, dp = g.lhs - g.rhs, p.lhs - p.rhs
+        if not (dg.free_symbols and dp.free_symbols):
+            return None
+        if (dg - dp).expand() == 0:
+            return True
+        # cancel() settles polynomials (a line, a plane, a conic) exactly and fast; simplify only for the rest.
+        ratio = cancel(dg / dp)
+        if ratio.free_symbols and not (dg.is_polynomial() and dp.is_polynomial()):
+            ratio = simplify(ratio)
+        return bool(not ratio.free_symbols and ratio.is_number and ratio.is_finite and ratio != 0)
+    except (TypeError, ValueError, AttributeError, ArithmeticError):
+        return None  # a side that is a set ("x = \\pm 1") or another non-expression: math-verify decides
 
 
 def check_gold(gold: str) -> None:
