@@ -424,6 +424,8 @@ def _number(text: str) -> Number | None:
         n = parse_number(eq[1])
         if n is not None:
             return n
+    if "\\" in text:  # number words in a text command: "\\text{forty-two}"
+        text = _TEXT_CONTENT_RE.sub(lambda m: m.group(1), text)
     if _THREE_LETTERS_RE.search(text) and not _DIGIT_OR_COMMAND_RE.search(text):
         value = words_to_number(text)
         if value is not None:

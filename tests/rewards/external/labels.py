@@ -23,6 +23,24 @@ OVERRIDES: dict[str, tuple[bool, str]] = {
         False,
         "1 + 1/e and 1 - 1/e are different values; the upstream assertion records a math-verify quirk",
     ),
+    "SkyRL:skyrl-gym/tests/test_aime.py:13": (
+        True,
+        "0.5 is a terminating decimal: it equals 1/2 (convention §3 'Exact values'); upstream compares strictly",
+    ),
+    "SkyRL:skyrl-gym/tests/test_aime.py:14": (
+        True,
+        "an answer in number words is accepted (convention §3, 'seventy-two')",
+    ),
+    "SkyRL:skyrl-gym/tests/test_aime.py:17": (
+        True,
+        "the box is complete; the stray text after it is not part of the answer (convention §2a); upstream tests "
+        "its end-token format",
+    ),
+    "SkyRL:skyrl-gym/tests/test_aime.py:19": (True, "as above: a complete box, stray text after it"),
+    "SkyRL:skyrl-gym/tests/test_gsm8k.py:12": (
+        True,
+        "'The answer is 42' is an answer phrase (convention §2d); upstream's GSM8K reward requires '####'",
+    ),
 }
 
 _GOLD_IS_TEXT = "the ground truth is a model's or a solution's prose without a box, not an answer key"

@@ -39,6 +39,7 @@ SOURCES = {
     "hendrycks/math": ["modeling/math_equivalence_test.py"],
     "huggingface/open-r1": ["tests/test_rewards.py"],
     "inclusionAI/AReaL": ["tests/test_math_verify_reward.py"],
+    "NovaSky-AI/SkyRL": ["skyrl-gym/tests/test_aime.py", "skyrl-gym/tests/test_gsm8k.py"],
 }
 OUT = {
     "huggingface/Math-Verify": "math_verify.jsonl",
@@ -46,6 +47,7 @@ OUT = {
     "hendrycks/math": "hendrycks_math.jsonl",
     "huggingface/open-r1": "open_r1.jsonl",
     "inclusionAI/AReaL": "areal.jsonl",
+    "NovaSky-AI/SkyRL": "skyrl.jsonl",
 }
 
 
@@ -84,6 +86,17 @@ def _parametrized(text: str):
 
 def _cases_parametrized(repo: str, path: str, text: str):
     for test, names, line, row, body in _parametrized(text):
+        if "output" in row and "ground_truth" in row:  # SkyRL: env.step(output)["reward"] == expected (1/0/-1)
+            env = re.search(r'skyrl_gym\.make\(\s*"(\w+)"', body)
+            yield dict(
+                category=f"skyrl_{env.group(1) if env else test}",
+                completion=row["output"],
+                gold=row["ground_truth"],
+                upstream=row["expected"] > 0,
+                upstream_assertion=f"env.step(output)['reward'] == {row['expected']!r}",
+                line=line,
+            )
+            continue
         extra = {k: v for k, v in row.items() if k not in ("gold", "pred", "expected", "result")}
         if "expected" in row and isinstance(row["expected"], list):  # test_string_extraction: parse(pred) == [...]
             gold = row["expected"][-1] if row["expected"] else "A"

@@ -20,6 +20,7 @@ FILES = (
     "hendrycks_math.jsonl",
     "open_r1.jsonl",
     "areal.jsonl",
+    "skyrl.jsonl",
     "grpoflow_issue18.jsonl",
 )
 
