@@ -484,6 +484,25 @@ CASES = [
     ("E8 text with math inside (wrong)", f"{B}{{\\text{{even }} n}}", "odd $n$", False, ANY, "boxed"),
     ("D14 space as thousands separator", "1 000", "1000", True, "1 000", "conclusion"),
     ("D14 decimal comma in a sentence", "Soucis : 2,74 $ a..", "2.74", True, "2,74", "conclusion"),
+    ("E9 a negated letter is no answer", "The answer is not A.", "A", False, None, None),
+    ("E9 a negated letter is no answer (can't)", "It can't be A.", "A", False, None, None),
+    (
+        "E9 a fraction in passing is no result",
+        "Each gets \\frac{1}{2} of the pie, so 3 pies in total.",
+        "3",
+        True,
+        "3",
+        ANY,
+    ),
+    (
+        "E9 a display continued in prose keeps its value",
+        "We get $$A = 16386.20$$ rounded to 2 decimal places.",
+        "16386.20",
+        True,
+        ANY,
+        "conclusion",
+    ),
+    ("E9 number words in a text command", f"{B}{{\\text{{forty-two}}}}", "42", True, ANY, "boxed"),
 ]
 
 

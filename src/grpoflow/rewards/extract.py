@@ -381,7 +381,8 @@ def _candidates(stmt: str) -> list[_Cand]:
             claimed.append((m.start(), m.end()))
     masked = _mask(stmt, claimed)
     for m in _BARE_LATEX_RE.finditer(masked):  # "(\frac{2}{5}) 吨", a bare "\frac{10}{9}": LaTeX outside $…$
-        cands.append(_Cand(m.start(), m.end(), m.group(0), "math"))
+        # read like a number (not like $…$ math, which outranks numbers): position decides among numbers
+        cands.append(_Cand(m.start(), m.end(), m.group(0), "number"))
         claimed.append((m.start(), m.end()))
     masked = _mask(stmt, claimed)
     for m in _CHAIN_RE.finditer(masked):
@@ -463,7 +464,9 @@ def read_statement(stmt: str, prefer: str) -> tuple[str | None, bool]:
         # "$$…$$ Therefore, the error increases by 100%.": a result stated in prose after a display equation wins.
         last_display = max((c.end for c in cands if c.display), default=-1)
         after = [c for c in cands if c.start >= last_display and c.kind in ("number", "chain")]
-        if last_display >= 0 and after:
+        # Only a new statement after the display ("$$…$$ Therefore, …"), not its continuation ("$$…$$ rounded
+        # to 2 decimal places").
+        if last_display >= 0 and after and stmt[last_display:].lstrip(" \t\n.,")[:1].isupper():
             cands = [c for c in after if not c.context] or after
     for kinds in (("bold",), ("math",), ("chain", "number", "words")):
         pool = [c for c in cands if c.kind in kinds]
@@ -600,6 +603,7 @@ _ONLY_CHOICE_RE = lre.compile(r"[\s*]*\(?([A-E])\)?[\s*]*[.。]?\s*")
 _OPENING_CHOICE_RE = lre.compile(r"[\s*]*\(?([A-E])\)?(?:[.。:：)]|[^\x00-\x7F])")
 _LETTER_RE = lre.compile(r"(?:^|[^A-Za-z'’])([A-E])(?:[^A-Za-z'’]|$)")
 MAX_LETTER_RESPONSE_CHARS = 300
+_NEGATION_RE = lre.compile(r"\bnot\b|n't|\bnon\b|不是|不", lre.I)
 
 
 def _choice_letter(response: str) -> str | None:
@@ -611,10 +615,11 @@ def _choice_letter(response: str) -> str | None:
     m = _OPENING_CHOICE_RE.match(text)
     if m:
         return m.group(1)
-    sentences = _sentences(text)
+    last = _sentences(text)[-1] if text else ""
     found = None
-    for found in _LETTER_RE.finditer(sentences[-1] if sentences else ""):
-        pass
+    for m in _LETTER_RE.finditer(last):
+        if not _NEGATION_RE.search(last[max(0, m.start() - 12) : m.start() + 1]):  # "not A", "can't be A"
+            found = m
     return found.group(1) if found else None
 
 
