@@ -23,6 +23,14 @@ Each of ``--repeats`` runs is a fresh process (no cache of either scorer, sympy'
 grpoflow's math-verify workers are started before timing (a one-off cost, printed, not timed); the best time
 of each scorer is reported.
 
+External agreement suite (issue 18): ``--external`` scores the cases of ``tests/rewards/external/`` (ported from
+Math-Verify's, lighteval's, hendrycks/math's and open-r1's public test suites, labelled by the answer convention)
+with grpoflow's verifier, plain math-verify and — when installed — mathruler (verl/EasyR1's boxed-answer grader),
+each in a fresh process, and prints accuracy, false positives, false negatives and throughput per category
+(ambiguous cases apart, never in the accuracy).
+
+    .venv/bin/python benchmarks/rewards.py --external
+
 Hostile batches (issue 13): the same completions scored by ``grpoflow.rewards.verify`` from ``--threads``
 threads, as verl's reward workers call it (``adversarial.run_like_verl``), once clean and once with
 ``--hostile`` (10 %) of them replaced by pathological ones — the same reasoning, then a final answer that is a
@@ -342,6 +350,109 @@ def one_run(args) -> dict:
     return out
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# The external agreement suite (--external)
+
+EXTERNAL = REPO / "tests" / "rewards" / "external"
+VERIFIERS = ("grpoflow", "math-verify", "mathruler")
+
+
+def _gold_for_math_verify(gold: str) -> str:
+    # Ground truths already in math delimiters or a box are parsed as they are; bare LaTeX is put in $…$.
+    return gold if ("$" in gold or "\\boxed" in gold or "\\(" in gold or "\\[" in gold) else f"${gold}$"
+
+
+def _external_verifier(name: str):
+    """(completion, gold) -> bool for one verifier, or None when it is not installed here."""
+    if name == "grpoflow":
+        from grpoflow.rewards import verify
+        from grpoflow.rewards._sandbox import default_pool
+
+        default_pool().start()
+        return lambda completion, gold: verify(completion, gold).correct
+    if name == "math-verify":
+        from math_verify import parse, verify
+
+        return lambda completion, gold: bool(verify(parse(_gold_for_math_verify(gold)), parse(completion)))
+    if name == "mathruler":
+        try:
+            from mathruler.grader import extract_boxed_content, grade_answer
+        except ImportError:
+            return None
+
+        def grade(completion: str, gold: str) -> bool:
+            import signal
+
+            def _stop(signum, frame):
+                raise TimeoutError
+
+            # mathruler calls sympy with no deadline of its own: 5 s per case, as math-verify's default.
+            signal.signal(signal.SIGALRM, _stop)
+            signal.alarm(5)
+            try:
+                answer = extract_boxed_content(completion)
+                return answer != "None" and bool(grade_answer(answer, gold.strip().strip("$")))
+            except Exception:  # noqa: BLE001 - a grader that fails on a case scores it 'not correct'
+                return False
+            finally:
+                signal.alarm(0)
+
+        return grade
+    raise ValueError(name)
+
+
+def external_one(name: str) -> dict:
+    """One verifier on the whole suite, in this (fresh) process: tallies by category and the verdicts."""
+    sys.path.insert(0, str(EXTERNAL))
+    import suite
+
+    verifier = _external_verifier(name)
+    if verifier is None:
+        return {"installed": False}
+    cases = suite.load_cases()
+    tallies, verdicts = suite.score(cases, verifier)
+    return {
+        "installed": True,
+        "tallies": {
+            k: {f: getattr(t, f) for f in ("n", "tp", "tn", "fp", "fn", "seconds")} for k, t in tallies.items()
+        },
+        "verdicts": verdicts,
+    }
+
+
+def external(args) -> int:
+    sys.path.insert(0, str(EXTERNAL))
+    import suite
+
+    cases = suite.load_cases()
+    results, verdicts = {}, {}
+    for name in VERIFIERS:
+        cmd = [sys.executable, __file__, "--external-one", name]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        if not out["installed"]:
+            print(f"{name}: not installed here (skipped)")
+            continue
+        results[name] = {k: suite.Tally(**v) for k, v in out["tallies"].items()}
+        verdicts[name] = out["verdicts"]
+    print(f"{len(cases)} cases, {sum(c['ambiguous'] for c in cases)} of them ambiguous (scored apart)\n")
+    print(suite.table(results))
+    print("\nthroughput (cases/s, whole suite incl. ambiguous; grpoflow's workers started before timing):")
+    for name, t in results.items():
+        n = t["ALL"].n + (t["AMBIGUOUS"].n if "AMBIGUOUS" in t else 0)
+        secs = t["ALL"].seconds + (t["AMBIGUOUS"].seconds if "AMBIGUOUS" in t else 0)
+        print(f"  {name:12} {n / secs:10.1f}")
+    if args.show:
+        for name, vs in verdicts.items():
+            wrong = [(c, v) for c, v in zip(cases, vs) if v != c["label"] and not c["ambiguous"]]
+            print(f"\n{name}: {len(wrong)} disagreements with the label (non-ambiguous)")
+            for c, v in wrong[: args.show * 10]:
+                kind = "FP" if v else "FN"
+                print(f"  {kind} {c['id']} gold {c['gold'][:60]!r} completion ends {c['completion'][-70:]!r}")
+    fp = results["grpoflow"]["ALL"].fp if "grpoflow" in results else 0
+    return 0 if fp == 0 else 1
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=1000)
@@ -357,7 +468,14 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--threads", type=int, default=8, help="reward threads in the hostile-batch case")
     ap.add_argument("--one-run", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--external", action="store_true", help="the external agreement suite (tests/rewards/external)")
+    ap.add_argument("--external-one", choices=VERIFIERS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.external_one:  # the child process of one verifier on the external suite
+        print(json.dumps(external_one(args.external_one)))
+        return 0
+    if args.external:
+        return external(args)
     if args.one_run:  # the child process of one timed run
         print(json.dumps(one_run(args)))
         return 0

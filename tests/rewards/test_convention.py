@@ -384,6 +384,125 @@ CASES = [
     ("D8 context numbers (wrong)", "Tom has 5 apples left after 3 days.", "3", False, "5", "conclusion"),
     ("D9 thousands comma vs list", f"{B}{{1, 680}}", "1680", False, ANY, "boxed"),
     ("D10 empty truth is never matched", f"{B}{{}}", "", False, None, None),
+    # ---- Issue 18: reward leaks closed at the root ------------------------------------------------------------
+    # Equations are relations: equal only when they state the same relation (same polynomial up to a factor).
+    ("E1 plane vs other plane", f"{B}{{x + y - z + 2 = 0}}", "5x - 7y + 11z + 4 = 0", False, ANY, "boxed"),
+    ("E1 plane scaled", f"{B}{{10x - 14y + 22z + 8 = 0}}", "5x - 7y + 11z + 4 = 0", True, ANY, "boxed"),
+    ("E1 plane rearranged", f"{B}{{-5x + 7y - 11z = 4}}", "5x - 7y + 11z + 4 = 0", True, ANY, "boxed"),
+    ("E1 relation vs its right-hand side", f"{B}{{0}}", "5x - 7y + 11z + 4 = 0", False, ANY, "boxed"),
+    ("E1 same right-hand side, other relation", f"{B}{{x + y = 5}}", "2x = 5", False, ANY, "boxed"),
+    ("E1 solved form of the relation", f"{B}{{x = \\frac{{5}}{{2}}}}", "2x = 5", True, ANY, "boxed"),
+    ("E1 value written first", f"{B}{{x = 2}}", "2=x", True, ANY, "boxed"),
+    ("E1 value written first, bare value", f"{B}{{2}}", "2 = y", True, ANY, "boxed"),
+    ("E1 value written first (wrong)", f"{B}{{3}}", "2=x", False, ANY, "boxed"),
+    ("E1 value for another name", f"{B}{{y = 2}}", "x = 2", False, ANY, "boxed"),
+    # Labelled answers compare label by label.
+    ("E2 labels swapped", f"{B}{{a_{{37}} = 2, a_3 = 19}}", "a_3 = 2, a_{37} = 19", False, ANY, "boxed"),
+    ("E2 labels in another order", f"{B}{{a_{{37}} = 19, a_3 = 2}}", "a_3 = 2, a_{37} = 19", True, ANY, "boxed"),
+    ("E2 a and b swapped", f"{B}{{a=2, b=19}}", "a=19, b=2", False, ANY, "boxed"),
+    ("E2 a and b reordered", f"{B}{{b=2, a=19}}", "a=19, b=2", True, ANY, "boxed"),
+    # Exact values are compared exactly (relative to their size), never with an absolute float tolerance.
+    ("E3 tiny factorial reciprocals", f"{B}{{\\frac{{1}}{{2004!}}}}", "\\frac{1}{2006!}", False, ANY, "boxed"),
+    ("E3 tiny factorial reciprocal (right)", f"{B}{{\\frac{{1}}{{2004!}}}}", "\\frac{1}{2004!}", True, ANY, "boxed"),
+    ("E3 tiny powers", f"{B}{{\\frac{{1}}{{2^{{98}}}}}}", "\\frac{1}{2^{99}}", False, ANY, "boxed"),
+    ("E3 tiny power, other form", f"{B}{{2^{{-99}}}}", "\\frac{1}{2^{99}}", True, ANY, "boxed"),
+    ("E3 tiny value", f"{B}{{10^{{-20}}}}", "10^{-21}", False, ANY, "boxed"),
+    # MATH's thousands separator.
+    ("E4 MATH thousands", f"The answer is ${B}{{10,\\!000}}$.", "10000", True, ANY, "boxed"),
+    ("E4 MATH thousands, currency", f"${B}{{\\$15,\\!000}}$", "15000", True, ANY, "boxed"),
+    ("E4 MATH thousands, spaced", f"{B}{{11,\\! 111,\\! 100}}", "11111100", True, ANY, "boxed"),
+    ("E4 MATH thousands (wrong)", f"{B}{{11,\\! 111,\\! 101}}", "11111100", False, ANY, "boxed"),
+    ("E4 MATH thousands in the truth", f"{B}{{10000}}", "10,\\!000", True, ANY, "boxed"),
+    ("E4 a list is not a thousands number", f"{B}{{1,2}}", "10,\\!000", False, ANY, "boxed"),
+    # Decisions where the convention was silent (docs/answer-convention.md).
+    ("D11 decimal comma in the answer", f"{B}{{1000,99}}", "1000.99", True, ANY, "boxed"),
+    ("D11 decimal comma (wrong)", f"{B}{{2,75}}", "2.74", False, ANY, "boxed"),
+    ("D11 a thousands group is no decimal comma", f"{B}{{1,500}}", "1.5", False, ANY, "boxed"),
+    ("D11 against a list it is a list", f"{B}{{1,5}}", "1, 5", True, ANY, "boxed"),
+    ("D12 Oxford comma", f"{B}{{19, 46, \\text{{ and }} 82}}", "19, 46, and 82", True, ANY, "boxed"),
+    ("D12 Oxford comma (wrong)", f"{B}{{19, 46, \\text{{ and }} 83}}", "19, 46, and 82", False, ANY, "boxed"),
+    ("D13 a worked solution as the truth", f"{B}{{20}}", "So $x = 1/5$, or $\\boxed{20}$ percent.", True, ANY, "boxed"),
+    # ---- Issue 18: answers without a box (rules b-e) --------------------------------------------------------
+    ("E5 a named quantity is no result", "Final Answer: The largest $n$ is 34.", "34", True, "34", "phrase"),
+    ("E5 a named quantity (wrong)", "Final Answer: The largest $n$ is 35.", "34", False, "35", "phrase"),
+    ("E5 a named figure", "So the volume of $ABCDEFGH$ is 120.", "120", True, "120", "conclusion"),
+    ("E5 a named function", "The most points in the domain of $f(x)$ is 19.", "19", True, "19", "conclusion"),
+    (
+        "E5 a matrix in the concluding sentence",
+        "The inverse is $ \\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix} $.",
+        "\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}",
+        True,
+        ANY,
+        "conclusion",
+    ),
+    (
+        "E5 a matrix in the concluding sentence (wrong)",
+        "The inverse is $\\begin{pmatrix} 1 & 2 \\\\ 3 & 5 \\end{pmatrix}$.",
+        "\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}",
+        False,
+        ANY,
+        "conclusion",
+    ),
+    ("E5 a relation is kept whole", "Therefore the solution set is $x < 2$.", "(-\\infty, 2)", True, "x < 2", ANY),
+    ("E5 a relation is not its number", "Therefore the solution set is $x < 2$.", "2", False, "x < 2", ANY),
+    ("E5 an equation is kept whole", "So the plane is $-34x-45y+20z-100=0$.", "34x+45y-20z+100=0", True, ANY, ANY),
+    (
+        "E5 prose result after a display equation",
+        "We get $$\\frac{a}{b} = \\frac{2}{1}.$$ Therefore the error increases by 100%.",
+        "100",
+        True,
+        ANY,
+        "conclusion",
+    ),
+    ("E5 bare LaTeX as the response", "\\frac{4}{23}", "8/46", True, ANY, "conclusion"),
+    ("E5 bare LaTeX (wrong)", "\\frac{4}{25}", "8/46", False, ANY, "conclusion"),
+    (
+        "E6 next turn after the answer",
+        "So the total is 72. I hope it is correct. <|im_start|>user",
+        "72",
+        True,
+        "72",
+        ANY,
+    ),
+    ("E6 next turn after the answer (wrong)", "So the total is 71.<|im_start|>user\nHi", "72", False, "71", ANY),
+    ("E7 'The answer:' and a letter", "The answer: D, it doesn't make sense for it to be A or B", "D", True, "D", ANY),
+    ("E7 'The answer is for sure'", "The answer is for sure D, it can't be A or B", "D", True, "D", "phrase"),
+    ("E7 'The answer is for sure' (wrong)", "The answer is for sure D, it can't be A or B", "A", False, "D", ANY),
+    ("E7 French answer phrase", "Réponse : Janeth aura encore 220 $ à payer d'ici 12 mois.", "220", True, "220", ANY),
+    ("E7 French phrase and a letter", "réponse est C non A", "C", True, "C", "phrase"),
+    ("E7 Chinese phrase and bare LaTeX", "答案：每份应该是 (\\frac{2}{5}) 吨。", "2/5", True, ANY, "phrase"),
+    ("E7 Chinese phrase and bare LaTeX (wrong)", "答案：每份应该是 (\\frac{2}{5}) 吨。", "3/5", False, ANY, "phrase"),
+    ("E7 a number glued to CJK text", "所以Haley总共有99颗弹珠。", "99", True, "99", "conclusion"),
+    ("E7 a number glued to CJK text (wrong)", "所以Haley总共有98颗弹珠。", "99", False, "98", "conclusion"),
+    ("E7 a response that is a letter", "A", "A", True, "A", "conclusion"),
+    ("E7 a response that opens with its letter", "B。不是 A", "B", True, "B", "conclusion"),
+    ("E7 the letter the conclusion settles on", "It's not A, therefore I think it's B", "B", True, "B", ANY),
+    ("E7 the letter the conclusion settles on (wrong)", "It's not A, therefore I think it's B", "A", False, "B", ANY),
+    ("E8 a choice stored with its text", f"{B}{{D}}", "(D) Alina", True, ANY, "boxed"),
+    ("E8 a choice stored with its text (wrong)", f"{B}{{C}}", "(D) Alina", False, ANY, "boxed"),
+    ("E8 text with math inside", f"{B}{{\\text{{odd }} n}}", "odd $n$", True, ANY, "boxed"),
+    ("E8 text with math inside (wrong)", f"{B}{{\\text{{even }} n}}", "odd $n$", False, ANY, "boxed"),
+    ("D14 space as thousands separator", "1 000", "1000", True, "1 000", "conclusion"),
+    ("D14 decimal comma in a sentence", "Soucis : 2,74 $ a..", "2.74", True, "2,74", "conclusion"),
+    ("E9 a negated letter is no answer", "The answer is not A.", "A", False, None, None),
+    ("E9 a negated letter is no answer (can't)", "It can't be A.", "A", False, None, None),
+    (
+        "E9 a fraction in passing is no result",
+        "Each gets \\frac{1}{2} of the pie, so 3 pies in total.",
+        "3",
+        True,
+        "3",
+        ANY,
+    ),
+    (
+        "E9 a display continued in prose keeps its value",
+        "We get $$A = 16386.20$$ rounded to 2 decimal places.",
+        "16386.20",
+        True,
+        ANY,
+        "conclusion",
+    ),
+    ("E9 number words in a text command", f"{B}{{\\text{{forty-two}}}}", "42", True, ANY, "boxed"),
 ]
 
 
@@ -408,5 +527,20 @@ def test_every_rule_has_both_outcomes():
     rules: dict[str, set] = {}
     for cid, *_rest, correct, _e, _s in [(c[0], c[3], c[4], c[5]) for c in CASES]:
         rules.setdefault(cid.split()[0], set()).add(correct)
-    one_sided = [r for r, outcomes in rules.items() if outcomes != {True, False} and not r.startswith(("D", "1.2"))]
+    one_sided = [
+        r for r, outcomes in rules.items() if outcomes != {True, False} and not r.startswith(("D", "1.2", "E"))
+    ]
     assert not one_sided, f"rules with only one outcome tested: {one_sided}"
+
+
+@pytest.mark.parametrize(
+    "completion,truth",
+    [
+        (f"{B}{{x = \\pm 1}}", "x^2 = 1"),  # a side that is a set: no relation to compare, not an error
+        (f"{B}{{F_n = \\sum_{{k=0}}^{{n-2}} F_k}}", "F_n = \\sum_{k=0}^{n-1} F_k"),
+        (f"{B}{{\\frac{{1}}{{2004!}}}}", "\\frac{1}{2006!}"),
+    ],
+)
+def test_relations_and_exact_values_are_decided_not_errors(completion, truth):
+    v = verify(completion, truth)
+    assert not v.correct and not v.error, v

@@ -14,7 +14,6 @@ plain-expression extractor (which calls sympy's ``parse_expr``, an ``eval``) is 
 
 from __future__ import annotations
 
-import cmath
 import json
 import logging
 import os
@@ -90,25 +89,52 @@ def _parse(latex: str):
 
 
 def _numerically_different(g, p) -> bool:
-    """Two constant expressions whose values differ at 30 digits are not equal: skip sympy's simplify, which
-    dominates the cost of wrong answers. Anything else (symbols, sets, relations, matrices) is left to verify."""
-    from sympy import Expr, UnevaluatedExpr
+    """Two constant expressions whose values differ in their first 20 significant digits are not equal: the
+    comparison is relative and in sympy's arbitrary-exponent floats, so tiny or huge values (1/2006! against
+    1/2004!, 2^{-99} against 2^{-98}) are told apart — as floats they would both be 0 (or inf) and math-verify's
+    rounding would call them equal. It also skips sympy's simplify, which dominates the cost of wrong answers.
+    Anything else (symbols, sets, relations, matrices) is left to verify."""
+    from sympy import Expr, Float, UnevaluatedExpr
 
     if not (isinstance(g, Expr) and isinstance(p, Expr)) or g.free_symbols or p.free_symbols:
         return False
     if g.has(UnevaluatedExpr) or p.has(UnevaluatedExpr):  # percentages: math-verify's own rules apply
         return False
     try:
-        a, b = complex(g.evalf(30)), complex(p.evalf(30))
-    except (TypeError, ValueError, ArithmeticError):
+        a, b = g.evalf(30), p.evalf(30)
+        if not (a.is_number and b.is_number):
+            return False
+        if a.is_finite is False or b.is_finite is False:
+            # Infinity (or a value beyond evaluation) on one side only: different. Without this, sympy's verify
+            # would try to compute a huge value exactly and run into the deadline every time.
+            return (a.is_finite is False) != (b.is_finite is False)
+        diff, scale = abs(a - b).evalf(30), max(abs(a), abs(b)).evalf(30)
+        return bool(diff > scale * Float("1e-20"))
+    except (TypeError, ValueError, ArithmeticError, AttributeError):
         return False
-    if cmath.isinf(a) != cmath.isinf(b):
-        # One side beyond floating point ((10^{10})!, or infinity), the other not: different. Without this,
-        # sympy's verify would try to compute the huge value exactly and run into the deadline every time.
-        return True
-    if cmath.isinf(a) or cmath.isnan(a) or cmath.isnan(b):
-        return False
-    return abs(a - b) > 1e-12 * max(1.0, abs(a))
+
+
+def _same_relation(g, p) -> bool | None:
+    """Two equations are equal when they state the same relation: lhs - rhs of one is a nonzero constant times
+    that of the other (``x + y = 5`` is not ``2x = 5``; ``2 = x`` is ``x = 2``; ``2x + 4y - 3 = 0`` is
+    ``y = -x/2 + 3/4``). None when either side is not an equation between unknowns (math-verify decides)."""
+    from sympy import Eq, cancel, simplify
+
+    if not (isinstance(g, Eq) and isinstance(p, Eq)):
+        return None
+    try:
+        dg, dp = g.lhs - g.rhs, p.lhs - p.rhs
+        if not (dg.free_symbols and dp.free_symbols):
+            return None
+        if (dg - dp).expand() == 0:
+            return True
+        # cancel() settles polynomials (a line, a plane, a conic) exactly and fast; simplify only for the rest.
+        ratio = cancel(dg / dp)
+        if ratio.free_symbols and not (dg.is_polynomial() and dp.is_polynomial()):
+            ratio = simplify(ratio)
+        return bool(not ratio.free_symbols and ratio.is_number and ratio.is_finite and ratio != 0)
+    except (TypeError, ValueError, AttributeError, ArithmeticError):
+        return None  # a side that is a set ("x = \\pm 1") or another non-expression: math-verify decides
 
 
 def check_gold(gold: str) -> None:
@@ -134,6 +160,9 @@ def equal(gold: str, pred: str) -> bool:
         raise ValueError(f"math-verify cannot read the ground truth {gold[:80]!r}")
     if not p:
         return False
+    same = _same_relation(g[0], p[0])
+    if same is not None:
+        return same
     if _numerically_different(g[0], p[0]):
         return False
     return bool(verify(g, p, timeout_seconds=None, allow_set_relation_comp=True))

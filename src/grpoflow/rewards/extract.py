@@ -51,11 +51,20 @@ def _none(reason: str) -> Extraction:
 # 1. The response
 
 
+TURN_START = "<|im_start|>"
+
+
 def strip_end_tokens(text: str) -> str:
+    """Chat-template end tokens removed, and anything from a ``<|im_start|>`` after the response on (the model
+    went on to write the next turn, "<|im_start|>user…": not part of its answer)."""
     for tok in END_TOKENS:
         if tok in text:
             text = text.replace(tok, "")
-    return text
+    turn = text.find(TURN_START)
+    while turn >= 0 and not text[:turn].strip():  # a template that opens the completion with its own turn
+        text = text[turn + len(TURN_START) :]
+        turn = text.find(TURN_START)
+    return text[:turn] if turn >= 0 else text
 
 
 def response_part(completion: str) -> tuple[str | None, str | None]:
@@ -204,11 +213,18 @@ _MATH_SPAN_RE = lre.compile(
     r"|\\\((?P<pa>.+?)\\\)"
     # Inline $...$ as pandoc reads it: no space after the opening $, none before the closing one, the opening $
     # not escaped, and the closing $ not followed by a digit — so "$5 and $10" is currency, "$x = 5$" is math.
-    r"|\$(?P<dl>[^\s$](?:[^$\n]*?[^\s\\$])?)\$",  # + not after \ or $, not before a digit: _math_spans
+    r"|\$(?P<dl>[^\s$](?:[^$\n]*?[^\s\\$])?)\$"  # + not after \ or $, not before a digit: _math_spans
+    # "$ \frac13 $", "$ \begin{pmatrix}…\end{pmatrix} $": spaces inside, but a LaTeX command makes it math
+    r"|\$(?P<dx>(?:[^$\n\\]|\\[^\n])*?\\[A-Za-z](?:[^$\n\\]|\\[^\n])*?)\$",
     lre.S,
 )
+_BARE_LATEX_RE = lre.compile(
+    r"-?\\[dtc]?frac\s*(?:\{[^{}]*\}|\d)\s*(?:\{[^{}]*\}|\d)|-?\d*\\sqrt\s*(?:\[[^\]]*\])?\{[^{}]*\}"
+)
 _BOLD_RE = lre.compile(r"\*\*(?P<b>[^*\n]{1,80}?)\*\*|__(?P<u>[^_\n]{1,80}?)__")
-_NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+"
+# Thousands groups with commas or spaces ("1,680", "1 000"), a decimal comma ("2,74": read as one number, the
+# verifier decides what it means), plain digits, decimals.
+_NUM = r"(?:\d{1,3}(?:,\d{3})+\b|\d{1,3}(?:[ \x{A0}\x{202F}]\d{3})+\b|\d+,\d{1,2}\b|\d+)(?:\.\d+)?|\.\d+"
 _OP = r"[-+*/×÷xX·⋅]|\\times|\\cdot|\\div"
 # A plain-text arithmetic chain ending in "= result": "48+24 = 72", "12 × 35 × 4 = 1680", "$3 * 4 = $12".
 _CHAIN_RE = lre.compile(
@@ -271,6 +287,7 @@ class _Cand:
     text: str
     kind: str  # bold | math | chain | number | words
     context: bool = False
+    display: bool = False  # a display equation ($$…$$, \[…\])
 
 
 def _math_spans(text: str):
@@ -282,7 +299,7 @@ def _math_spans(text: str):
         m = _MATH_SPAN_RE.search(text, pos)
         if m is None:
             return
-        if m.group("dl") is not None and (
+        if (m.group("dl") is not None or m.group("dx") is not None) and (
             (m.start() > 0 and text[m.start() - 1] in "\\$") or (m.end() < len(text) and text[m.end()].isdecimal())
         ):
             pos = m.start() + 1
@@ -300,6 +317,7 @@ def _mask(text: str, spans: list[tuple[int, int]]) -> str:
     return "".join(chars)
 
 
+_NAME_RE = lre.compile(r"(?:\\text\s*\{)?[A-Za-z]+(?:_\{?\w+\}?)?(?:\([A-Za-z, ]*\))?\}?")
 _LAST_WORD_RE = lre.compile(r"([A-Za-z=]+)[^A-Za-z0-9=]*$")
 _DIGIT_RE = lre.compile(r"\d")
 
@@ -313,7 +331,7 @@ _NUMBER_RHS_RE = lre.compile(rf"-?\\?\$?\s?(?:{_NUM})(?:\s*\\?%)?(?:\s*\\text\{{
 _VARIABLE_RE = lre.compile(r"[A-Za-z](?:_\{?\w+\}?)?")
 
 
-def _split_equals(text: str) -> list[str]:
+def split_equals(text: str) -> list[str]:
     """``text`` split at each ``=`` that is an equals sign, not part of ``<=``, ``>=``, ``!=``, ``\\=`` or
     ``==`` (a single linear scan)."""
     parts, start = [], 0
@@ -326,19 +344,22 @@ def _split_equals(text: str) -> list[str]:
 
 
 def _math_value(latex: str) -> str:
-    """A math span's result: the right-hand side of a chain whose last side is a number, else the whole span."""
+    """A math span's result: the right-hand side of a chain of arithmetic on numbers ("3 \\times 4 = 12",
+    "\\frac12 \\$ = \\frac{10}{9}"), else the whole span — an assignment ("x = 5") or an equation
+    ("34x + 45y = 100") is kept whole: the comparison understands both, and an equation's right-hand side alone
+    is not its meaning."""
     inner = latex.strip()
-    parts = _split_equals(inner)
+    parts = split_equals(inner)
     if len(parts) > 1:
         rhs = parts[-1].strip()
-        if _NUMBER_RHS_RE.fullmatch(rhs) or (
-            # "x = 5": keep the assignment (the comparison understands it); chains of arithmetic → the result
-            len(parts) > 2 and rhs
-        ):
-            lhs = parts[0].strip()
-            if not _VARIABLE_RE.fullmatch(lhs):
-                return rhs
+        lhs = parts[0].strip()
+        if rhs and lhs and not _ASCII_LETTER_RE.search(_COMMAND_RE.sub("", lhs)):
+            return rhs
     return inner
+
+
+_COMMAND_RE = lre.compile(r"\\[A-Za-z]+")
+_ASCII_LETTER_RE = lre.compile(r"[A-Za-z]")
 
 
 def _candidates(stmt: str) -> list[_Cand]:
@@ -351,18 +372,28 @@ def _candidates(stmt: str) -> list[_Cand]:
             claimed.append((m.start(), m.end()))
     masked = _mask(stmt, claimed)
     for m in _math_spans(masked):
-        inner = next(g for g in (m.group("dd"), m.group("br"), m.group("pa"), m.group("dl")) if g is not None)
+        inner = next(
+            g for g in (m.group("dd"), m.group("br"), m.group("pa"), m.group("dl"), m.group("dx")) if g is not None
+        )
         if inner.strip():
-            cands.append(_Cand(m.start(), m.end(), inner, "math"))
+            display = m.group("dd") is not None or m.group("br") is not None
+            cands.append(_Cand(m.start(), m.end(), inner, "math", display=display))
             claimed.append((m.start(), m.end()))
+    masked = _mask(stmt, claimed)
+    for m in _BARE_LATEX_RE.finditer(masked):  # "(\frac{2}{5}) 吨", a bare "\frac{10}{9}": LaTeX outside $…$
+        # read like a number (not like $…$ math, which outranks numbers): position decides among numbers
+        cands.append(_Cand(m.start(), m.end(), m.group(0), "number"))
+        claimed.append((m.start(), m.end()))
     masked = _mask(stmt, claimed)
     for m in _CHAIN_RE.finditer(masked):
         cands.append(_Cand(m.start(), m.end(), m.group("res"), "chain"))
         claimed.append((m.start(), m.end()))
     masked = _mask(stmt, claimed)
     for m in _NUMBER_RE.finditer(masked):
-        if m.start() > 0 and (masked[m.start() - 1].isalpha() or masked[m.start() - 1] == "_"):
-            continue  # part of an identifier (x2, step_3)
+        before = masked[m.start() - 1] if m.start() > 0 else " "
+        if (before.isalpha() and before.isascii()) or before == "_":
+            continue  # part of an identifier (x2, step_3); a number glued to CJK text ("有99颗") is read
+
         text = ("-" if m.group("neg") else "") + (m.group("cur") or "") + m.group("n") + (m.group("pct") or "")
         cands.append(_Cand(m.start(), m.end(), text.strip(), "number"))
         claimed.append((m.start(), m.end()))
@@ -425,6 +456,18 @@ def read_statement(stmt: str, prefer: str) -> tuple[str | None, bool]:
         kept = [c for c in cands if c.end <= cut]
         if kept:
             cands = kept
+    # "The largest $n$ is 34", "the volume of $ABCDEFGH$ is 120": math that only names something is no result.
+    named = [c for c in cands if not (c.kind == "math" and _NAME_RE.fullmatch(c.text.strip()))]
+    if named:
+        cands = named
+    if prefer == "last":
+        # "$$…$$ Therefore, the error increases by 100%.": a result stated in prose after a display equation wins.
+        last_display = max((c.end for c in cands if c.display), default=-1)
+        after = [c for c in cands if c.start >= last_display and c.kind in ("number", "chain")]
+        # Only a new statement after the display ("$$…$$ Therefore, …"), not its continuation ("$$…$$ rounded
+        # to 2 decimal places").
+        if last_display >= 0 and after and stmt[last_display:].lstrip(" \t\n.,")[:1].isupper():
+            cands = [c for c in after if not c.context] or after
     for kinds in (("bold",), ("math",), ("chain", "number", "words")):
         pool = [c for c in cands if c.kind in kinds]
         if not pool:
@@ -458,6 +501,7 @@ _PHRASE_RE = lre.compile(
     r"|\*\*\s*(?:final\s+)?answer\s*:?\s*\*\*\s*:?"
     r"|^[ \t]*#{1,6}[ \t]*(?:final\s+)?answer\b[ \t]*:?"
     r"|答案(?:是|为|：|:)"
+    r"|\b(?:la\s+)?réponse\s*(?:finale\s*)?(?:est|:)"
     r")",
     lre.I | lre.M,
 )
@@ -549,9 +593,48 @@ def _sentences(text: str) -> list[str]:
     return [s for s in out if s.strip(" \t\n*#>-")]
 
 
+# A response that is a single expression of numbers and one-letter unknowns, with an operator between terms.
+_BARE_EXPRESSION_RE = lre.compile(
+    r"[-+]?(?:\d+(?:\.\d+)?[a-z]?|[a-z]|\(|\))(?:\s*(?:[-+*/^]\s*)?(?:\d+(?:\.\d+)?[a-z]?|[a-z]|\(|\)))*"
+)
+_OPERATOR_BETWEEN_RE = lre.compile(r"[\w)]\s*[-+*/^]\s*[\w(]")
+_ONLY_CHOICE_RE = lre.compile(r"[\s*]*\(?([A-E])\)?[\s*]*[.。]?\s*")
+# A response that opens with its choice letter ("D. it can't be A or B", "B。不是 A", "B不是 A").
+_OPENING_CHOICE_RE = lre.compile(r"[\s*]*\(?([A-E])\)?(?:[.。:：)]|[^\x00-\x7F])")
+_LETTER_RE = lre.compile(r"(?:^|[^A-Za-z'’])([A-E])(?:[^A-Za-z'’]|$)")
+MAX_LETTER_RESPONSE_CHARS = 300
+_NEGATION_RE = lre.compile(r"\bnot\b|n't|\bnon\b|不是|不", lre.I)
+
+
+def _choice_letter(response: str) -> str | None:
+    """A short response with no number gives its choice letter: the one it opens with, else the last one its
+    concluding sentence names ("therefore I think it's B")."""
+    text = response.strip()
+    if len(text) > MAX_LETTER_RESPONSE_CHARS:
+        return None
+    m = _OPENING_CHOICE_RE.match(text)
+    if m:
+        return m.group(1)
+    last = _sentences(text)[-1] if text else ""
+    found = None
+    for m in _LETTER_RE.finditer(last):
+        if not _NEGATION_RE.search(last[max(0, m.start() - 12) : m.start() + 1]):  # "not A", "can't be A"
+            found = m
+    return found.group(1) if found else None
+
+
 def _from_conclusion(response: str) -> Extraction:
     if not response.strip():
         return _none("empty response")
+    only = _ONLY_CHOICE_RE.fullmatch(response)
+    if only:  # the whole response is a choice letter ("A" is not a truncated sentence)
+        return Extraction(only.group(1), "conclusion")
+    bare = response.strip()
+    if len(bare) <= 100 and _BARE_EXPRESSION_RE.fullmatch(bare) and _OPERATOR_BETWEEN_RE.search(bare):
+        return Extraction(bare, "conclusion")  # the response is one expression ("3+2", "2x + 2"): read it whole
+    opening = _OPENING_CHOICE_RE.match(response) if len(response.strip()) <= MAX_LETTER_RESPONSE_CHARS else None
+    if opening and not _DIGIT_RE.search(response):  # "B。不是 A", "D. it can't be A or B": the letter it opens with
+        return Extraction(opening.group(1), "conclusion")
     if _truncated(response):
         return _none("response stops mid-sentence or mid-equation (truncated)")
     text = response
@@ -567,6 +650,9 @@ def _from_conclusion(response: str) -> Extraction:
         return _none("no concluding statement")
     value, hedge = read_statement(sentences[-1], prefer="last")
     if value is None:
+        letter = _choice_letter(text)
+        if letter is not None:
+            return Extraction(letter, "conclusion")
         return _none("the concluding sentence states no result")
     return Extraction(value, "conclusion", hedge=hedge)
 
@@ -638,10 +724,17 @@ def _bare_value(text: str) -> str | None:
     return value
 
 
+# A choice letter that opens what follows an answer phrase (adverbs allowed), then a break.
+_LEADING_CHOICE_RE = lre.compile(
+    r"[\s*]*(?:(?:for\s+sure|definitely|clearly|certainly|surely|obviously|probably)\s*,?\s*)?"
+    r"\(?([A-E])\)?(?:[\s*.,;:!)。，]|$)"
+)
+_ARTICLE_A_RE = lre.compile(r"A\s+[a-z]")  # "A lot of apples": the article, not choice A
+_CHOICE_HEDGE_RE = lre.compile(r"\)?[\s*]*,?\s*(?:or|and/or)\s+\(?[A-E]\)?(?:[^A-Za-z]|$)", lre.I)
 _CODE_SPAN_RE = lre.compile(r"\s*`([^`]+)`")
 _PHRASE_TUPLE_RE = lre.compile(r"[\s*]*\$?\s*([(\[][^()\[\]\n]*,[^()\[\]\n]*[)\]])\s*\$?[\s*]*[.!;]?\s*")
 _PHRASE_CHOICE_RE = lre.compile(
-    r"[\s*]*(\(?[A-E]\)?)[\s*]*[.!;:,]?\s*"  # "B", "(B).", "**C**"
+    r"[\s*]*(\(?[A-Z]\)?)[\s*]*[.!;:,]?\s*"  # "B", "(B).", "**C**", "U."
     r"|[\s*]*(\([A-E]\))\s+\$?\d[\d,.]*\s*[.!]?\s*"  # "(D) 23": the letter and its option's value
 )
 
@@ -661,6 +754,11 @@ def _from_phrase(response: str) -> Extraction | None:
     whole = _PHRASE_TUPLE_RE.fullmatch(stmt) or _PHRASE_CHOICE_RE.fullmatch(stmt)
     if whole:
         return Extraction(next(g for g in whole.groups() if g), "phrase")
+    letter = _LEADING_CHOICE_RE.match(stmt)
+    if letter and not _ARTICLE_A_RE.match(stmt, letter.start(1)):
+        # "The answer: D, it can't be A or B", "The answer is for sure D", "réponse est C non A"
+        hedge = bool(_CHOICE_HEDGE_RE.match(stmt, letter.end(1)))  # "(B) or (C)"
+        return Extraction(letter.group(1), "phrase", hedge=hedge)
     value, hedge = read_statement(stmt, prefer="first")
     if value is None:
         return None

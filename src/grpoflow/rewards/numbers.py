@@ -21,12 +21,12 @@ __all__ = ["Number", "parse_number", "words_to_number", "numbers_equal", "MINUS_
 MINUS_SIGNS = "\u2212\u2012\u2013\ufe63\uff0d"  # − ‒ – ﹣ －: models and keyboards write these for "-"
 
 # A number written with optional thousands separators: 1,680 | 1680 | 1680.25 | .5
-_DEC = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+"
+_DEC = r"(?:\d{1,3}(?:,\d{3})+|\d{1,3}(?:[ \x{A0}\x{202F}]\d{3})+|\d+)(?:\.\d+)?|\.\d+"  # 1,680 | 1 000
 _DEC_RE = lre.compile(rf"[+-]?(?:{_DEC})")
 # One LaTeX fraction argument: {…} without nested braces, or a single character (\frac12, \dfrac94).
 _ARG = r"(?:\{\s*([^{}]*?)\s*\}|(\d))"
-_FRAC_RE = lre.compile(rf"([+-]?)\\[dt]?frac\s*{_ARG}\s*{_ARG}")
-_MIXED_RE = lre.compile(rf"([+-]?)(\d+)\s*\\[dt]?frac\s*{_ARG}\s*{_ARG}")
+_FRAC_RE = lre.compile(rf"([+-]?)\\[dtc]?frac\s*{_ARG}\s*{_ARG}")
+_MIXED_RE = lre.compile(rf"([+-]?)(\d+)\s*\\[dtc]?frac\s*{_ARG}\s*{_ARG}")
 _SLASH_RE = lre.compile(rf"([+-]?)({_DEC})\s*/\s*({_DEC})")
 
 # Wrappers and spacing that never change a number's value.
@@ -55,7 +55,7 @@ class Number:
 
 def _decimal(text: str) -> Fraction | None:
     try:
-        return Fraction(Decimal(text.replace(",", "")))
+        return Fraction(Decimal(text.replace(",", "").replace(" ", "").replace("\xa0", "").replace("\u202f", "")))
     except (InvalidOperation, ValueError, ZeroDivisionError):
         return None
 

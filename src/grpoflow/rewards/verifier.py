@@ -178,12 +178,18 @@ def _report(kind: str, detail: str, gold: str, pred: str) -> None:
 _CHOICE_RE = lre.compile(
     r"^\s*(?:\\text(?:bf|rm)?\s*\{\s*|\\mathrm\s*\{\s*|\\textbf\s*\{\s*)?\(?\s*([A-E])\s*\)?\s*\}?\s*(?:[.:)]|\\[ ,;]|\s|$)"
 )
-_GOLD_CHOICE_RE = lre.compile(r"^\s*(?:\\text(?:bf|rm)?\s*\{\s*|\\mathrm\s*\{\s*)?\(?\s*([A-E])\s*\)?\s*\}?\s*$")
+_GOLD_CHOICE_RE = lre.compile(
+    r"^\s*(?:\\text(?:bf|rm)?\s*\{\s*|\\mathrm\s*\{\s*)?\(?\s*([A-E])\s*\)?\s*\}?\s*$"
+    # a choice with its option's text, as datasets store it: "(D) Alina", "C Cecile"
+    r"|^\s*\(([A-E])\)\s*[^\n]+$|^\s*([A-E])\s+[A-Z][a-z]+(?:\s+[A-Z][a-z]+)*\s*$"
+)
 _BASE_RE = lre.compile(r"^\s*(?:\\text\s*\{)?([0-9A-Za-z]+)\}?\s*_\s*\{?\s*(\d{1,2})\s*\}?\s*$")
 _HEDGE_WORD_RE = lre.compile(
     r"\\text\s*\{\s*or\s*\}|(?:^|[^a-z])or(?:[^a-z]|$)|\\lor\b|\\vee\b|\bmaybe\b|\beither\b", lre.I
 )
-_LIST_SPLIT_RE = lre.compile(r"\s*(?:,|;|\\text\s*\{\s*,?\s*and\s*\}|\band\b)\s*")
+_LIST_SPLIT_RE = lre.compile(
+    r"\s*(?:[,;]\s*(?:\band\b|\\text\s*\{\s*and\s*\})?|\\text\s*\{\s*,?\s*and\s*\}|\band\b)\s*"
+)
 _THOUSANDS_RE = lre.compile(r"^\s*[-+]?\\?\$?\d{1,3}(?:,\d{3})+(?:\.\d+)?\s*$")
 # Inputs that would make sympy compute for minutes or exhaust memory: towers of exponents, factorials of large
 # numbers, numbers with hundreds of digits. Checked on the answer only (a ground truth may legitimately be big).
@@ -275,7 +281,23 @@ def _clean_gold(gold: str) -> str:
     boxed = _extract.find_boxes(g)
     if len(boxed) == 1 and boxed[0].end >= 0 and not g[: boxed[0].start].strip() and not g[boxed[0].end :].strip():
         g = _extract.unwrap_boxes(boxed[0].content)
-    return g
+    elif any(b.end >= 0 for b in boxed):
+        # A worked solution as the ground truth (MATH's own form): its answer is its last box (run), rule a.
+        g = _extract.extract_boxed_answer(g) or g
+    return _number_format(g)
+
+
+# MATH writes large numbers as 10,\!000 and 11,\! 111,\! 100 (a comma, then a negative thin space): one number.
+_MATH_THOUSANDS_RE = lre.compile(r"(?:,|\{,\})\\!\s*(\d{3})")
+
+
+def _number_format(text: str) -> str:
+    """MATH's thousands separators ``,\\!`` (with or without a space after it) and ``{,}`` written as ``,``."""
+    if "\\!" not in text:
+        return text
+    return _MATH_THOUSANDS_RE.sub(
+        lambda m: "," + m.group(1) if m.start() and text[m.start() - 1].isdecimal() else m.group(0), text
+    )
 
 
 def _thousands_group_at(t: str, i: int) -> bool:
@@ -348,17 +370,62 @@ _THREE_LETTERS_RE = lre.compile(r"[a-z]{3}", lre.I)
 _DIGIT_OR_COMMAND_RE = lre.compile(r"\d|\\")
 
 
+_SUBSCRIPT_RE = lre.compile(r"_\s*(?:\{[^{}]*\}|\w)")
+_OPERATOR_RE = lre.compile(r"[-+*/^=<>]|\\(?:cdot|times|div|pm|mp)\b")
+_COMMAND_RE = lre.compile(r"\\[A-Za-z]+")
+_ASCII_LETTER_RE = lre.compile(r"[A-Za-z]")
+
+
+def _is_label(side: str) -> bool:
+    """A name that an answer's value is given for: ``x``, ``a_{37}``, ``f(x)``, ``|AB|``, ``A:B``, ``(p, q)``,
+    ``\\frac{NO}{BO}`` — no arithmetic on unknowns (``2x``, ``a + 3z``, ``x^2`` are not names)."""
+    t = _SUBSCRIPT_RE.sub("", side.strip())
+    if not t or t[0].isdecimal() or _OPERATOR_RE.search(t):
+        return False
+    return bool(_ASCII_LETTER_RE.search(_COMMAND_RE.sub("", t)))
+
+
+def _letter_free(side: str) -> bool:
+    """Arithmetic on numbers only (``48 + 24``, ``\\frac{1}{2} \\cdot 4``): no unknown in it."""
+    return not _ASCII_LETTER_RE.search(_COMMAND_RE.sub("", _TEXT_WRAP_RE.sub("", side)))
+
+
+_TEXT_WRAP_RE = lre.compile(r"\\(?:text|mathrm|textbf|mbox)\s*\{[^{}]*\}")
+
+
+def _equation(text: str) -> tuple[str, str | None] | None:
+    """``text`` as an equation: (label or "", value) for a value given for a name or computed ("x = 5" → ("x",
+    "5"), "2 = x" → ("x", "2"), "48 + 24 = 72" → ("", "72"), "x = 5 + 5 + 1 = 11" → ("x", "11")); (text, None)
+    for a relation between unknowns ("x + y = 5", "2x = 4"), which only an equal relation matches; None when
+    ``text`` is no single equation (no "=", an inequality, a list)."""
+    if "=" not in text or _INEQUALITY_RE.search(text) or _split_list(text):
+        return None
+    parts = [p.strip().strip("$").strip() for p in _extract.split_equals(text)]
+    if len(parts) < 2 or not all(parts):
+        return None
+    first, last = parts[0], parts[-1]
+    if len(parts) == 2 and _is_label(last) and _letter_free(first):
+        return _latex_key(last), first
+    if _is_label(first):
+        return _latex_key(first), last
+    if _letter_free(first):
+        return "", last
+    return text, None
+
+
 def _number(text: str) -> Number | None:
-    """The answer as a plain number: the text itself, the right-hand side of an assignment or arithmetic chain
-    ("x = 5", "48 + 24 = 72"), or number words ("seventy-two")."""
+    """The answer as a plain number: the text itself, the value of an assignment or arithmetic chain ("x = 5",
+    "2 = x", "48 + 24 = 72"; never a side of a relation such as "2x + z = 1"), or number words ("seventy-two")."""
     n = parse_number(text)
     if n is not None:
         return n
-    if "=" in text and not _INEQUALITY_RE.search(text):
-        rhs = text.rsplit("=", 1)[1]
-        n = parse_number(rhs)
+    eq = _equation(text) if "=" in text else None
+    if eq is not None and eq[1] is not None:
+        n = parse_number(eq[1])
         if n is not None:
             return n
+    if "\\" in text:  # number words in a text command: "\\text{forty-two}"
+        text = _TEXT_CONTENT_RE.sub(lambda m: m.group(1), text)
     if _THREE_LETTERS_RE.search(text) and not _DIGIT_OR_COMMAND_RE.search(text):
         value = words_to_number(text)
         if value is not None:
@@ -383,7 +450,10 @@ _equal_lock = threading.Lock()
 def answers_equal(answer: str, ground_truth: str) -> tuple[bool, str, str | None]:
     """(equal, method, reason-if-not-equal) for an extracted answer and a ground truth (convention §3)."""
     answer = answer.strip()
-    key = (unicode_math_to_latex(answer) if len(answer) <= MAX_ANSWER_CHARS else answer, _clean_gold(ground_truth))
+    key = (
+        _number_format(unicode_math_to_latex(answer)) if len(answer) <= MAX_ANSWER_CHARS else answer,
+        _clean_gold(ground_truth),
+    )
     with _equal_lock:
         hit = _equal_cache.get(key)
     if hit is not None:
@@ -437,6 +507,8 @@ class _Gold:
     number: Number | None
     key: str  # _latex_key
     pathological: bool
+    equation: tuple[str, str | None] | None  # _equation: (label, value), (relation, None) or None
+    labels: tuple[tuple[str, str], ...] | None  # the (label, value) of each item of a list of assignments
 
 
 @functools.lru_cache(maxsize=65536)
@@ -447,14 +519,30 @@ def _gold(gold: str) -> _Gold:
     items = _split_list(gold)
     return _Gold(
         hedge=bool(_HEDGE_WORD_RE.search(gold)),
-        choice=m.group(1) if m else None,
+        choice=next((c for c in m.groups() if c), None) if m else None,
         base=(b.group(1).upper(), b.group(2)) if b and not number else None,
         items=tuple(items) if items else None,
         item_numbers=tuple(_number(x) for x in items) if items else None,
         number=number,
         key=_latex_key(gold),
         pathological=bool(_PATHOLOGICAL_RE.search(gold)),
+        equation=_equation(gold),
+        labels=_labelled(items),
     )
+
+
+def _labelled(items) -> tuple[tuple[str, str], ...] | None:
+    """The (label, value) of every item of a list when each assigns a value to a distinct name
+    ("a_3 = 2, a_{37} = 19"), else None."""
+    if not items:
+        return None
+    out = []
+    for item in items:
+        eq = _equation(item)
+        if eq is None or eq[1] is None or not eq[0]:
+            return None
+        out.append((eq[0], eq[1]))
+    return tuple(out) if len({label for label, _ in out}) == len(out) else None
 
 
 def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None], str | None] | None:
@@ -487,6 +575,23 @@ def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None
         ), None
     # Lists ("all solutions") against single values and lists of plain numbers: settled without sympy.
     a_items, g_items = (None if plain else _split_list(answer)), g.items
+    # Labelled values ("a_3 = 2, a_{37} = 19") compare label by label when both sides name them.
+    if a_items and g.labels:
+        a_labels = _labelled(a_items)
+        if a_labels is not None:
+            return _compare_labelled(a_labels, g.labels), None
+    # A decimal comma ("2,74", "1000,99") against a single number: the comma is no list separator there.
+    if a_items and not g_items and g.number is not None and _DECIMAL_COMMA_RE.fullmatch(answer.strip().strip("$")):
+        value = parse_number(answer.strip().strip("$").replace(",", "."))
+        if value is not None:
+            same = numbers_equal(value, g.number)
+            return ((True, "number", None) if same else (False, "number", "wrong answer")), "fast_path"
+    # Equations: a relation ("x + y = 5") equals only the same relation (decided by sympy); a value given for a
+    # name ("x = 5") equals that value, and another assignment only for the same name.
+    if not plain:
+        verdict = _compare_equations(answer, g)
+        if verdict is not None:
+            return verdict, None
     if a_items and not g_items and g.number is not None:
         if len(set(a_items)) == 1:
             a_items = None  # "5 and 5" states one value twice
@@ -514,11 +619,44 @@ def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None
     return None
 
 
-_LATEX_NOISE_RE = lre.compile(r"\\left|\\right|\\[,;:! ]|\\displaystyle|\s+|\$")
+_DECIMAL_COMMA_RE = lre.compile(r"[-+]?\d+,(?:\d{1,2}|\d{4,})")
+
+
+def _compare_labelled(answer: tuple[tuple[str, str], ...], gold: tuple[tuple[str, str], ...]):
+    if {label for label, _ in answer} != {label for label, _ in gold}:
+        return False, "labels", "wrong answer (other names)"
+    values = dict(gold)
+    for label, value in answer:
+        equal, _, reason = answers_equal(value, values[label])
+        if not equal:
+            return False, "labels", reason or "wrong answer"
+    return True, "labels", None
+
+
+def _compare_equations(answer: str, g: _Gold) -> tuple[bool, str, str | None] | None:
+    """Equality settled by the shapes of equations, or None (then numbers or math-verify decide)."""
+    a_eq = _equation(answer) if "=" in answer else None
+    g_eq = g.equation
+    if g_eq is not None and g_eq[1] is None:  # the ground truth is a relation between unknowns
+        if a_eq is None and not _INEQUALITY_RE.search(answer):
+            return False, "equation", "wrong answer (a value for an equation)"
+        return None  # relation against equation: sympy, in the worker
+    if a_eq is not None and g_eq is not None and a_eq[1] is not None and g_eq[1] is not None:
+        if a_eq[0] and g_eq[0] and a_eq[0] != g_eq[0]:
+            return False, "equation", "wrong answer (a value for another name)"
+        a_num, g_num = parse_number(a_eq[1]), parse_number(g_eq[1])
+        if a_num is not None and g_num is not None:
+            return (True, "number", None) if numbers_equal(a_num, g_num) else (False, "number", "wrong answer")
+    return None  # e.g. y = 5 - 2x against y = -2x + 5: the worker compares the relations
+
+
+_LATEX_NOISE_RE = lre.compile(r"\\left|\\right|\\[,;:! ]|\\q?quad\b|\\displaystyle|\s+|\$")
+_TEXT_CONTENT_RE = lre.compile(r"\\(?:text|textrm|mathrm|textbf|mbox)\s*\{([^{}]*)\}")
 
 
 def _latex_key(text: str) -> str:
     """LaTeX with spacing, sizing and math delimiters removed, and \\dfrac/\tfrac written \frac."""
+    text = _TEXT_CONTENT_RE.sub(lambda m: m.group(1), text) if "\\" in text else text  # "\\text{odd } n" = "odd n"
     return _LATEX_NOISE_RE.sub("", text).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
 
 

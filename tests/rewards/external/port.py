@@ -1,0 +1,291 @@
+"""Re-derive the external agreement suite (tests/rewards/external/*.jsonl) from the upstream test files.
+
+    .venv/bin/python tests/rewards/external/port.py --mirror DIR [--check]
+
+``DIR`` holds a git clone of each source repository as ``DIR/<owner>+<name>/repo`` (or ``DIR/<owner>+<name>``).
+Each upstream assertion becomes one case — the completion (or answer) and ground truth exactly as upstream
+passes them, its file, line and commit, the category (the upstream test's name) and upstream's expected verdict
+— then ``labels.py`` gives the label by grpoflow's answer convention where it differs (with the reason) and marks
+cases a reasonable convention could label either way as ambiguous. Only the cases are kept, no upstream code.
+``--check`` compares with the committed files instead of writing them (exit 1 on a difference).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from labels import AMBIGUOUS, LABELS, OVERRIDES  # noqa: E402
+
+SOURCES = {
+    "huggingface/Math-Verify": [
+        "tests/test_all.py",
+        "tests/test_boxed.py",
+        "tests/test_numina_cases.py",
+        "tests/test_open_thoughts.py",
+        "tests/test_yujianll.py",
+        "tests/test_strict.py",
+        "tests/test_string_extraction.py",
+    ],
+    "huggingface/lighteval": ["tests/unit/metrics/test_extractive_match.py"],
+    "hendrycks/math": ["modeling/math_equivalence_test.py"],
+    "huggingface/open-r1": ["tests/test_rewards.py"],
+    "inclusionAI/AReaL": ["tests/test_math_verify_reward.py"],
+    "NovaSky-AI/SkyRL": ["skyrl-gym/tests/test_aime.py", "skyrl-gym/tests/test_gsm8k.py"],
+}
+OUT = {
+    "huggingface/Math-Verify": "math_verify.jsonl",
+    "huggingface/lighteval": "lighteval.jsonl",
+    "hendrycks/math": "hendrycks_math.jsonl",
+    "huggingface/open-r1": "open_r1.jsonl",
+    "inclusionAI/AReaL": "areal.jsonl",
+    "NovaSky-AI/SkyRL": "skyrl.jsonl",
+}
+
+
+def _git(repo_dir: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo_dir), *args], capture_output=True, text=True, check=True).stdout
+
+
+def _repo_dir(mirror: Path, repo: str) -> Path:
+    d = mirror / repo.replace("/", "+")
+    return d / "repo" if (d / "repo").exists() else d
+
+
+def _literal(node):
+    """A literal (strings, numbers, lists, f-strings of constants evaluated), or raise ValueError."""
+    if isinstance(node, ast.JoinedStr):  # f"{math.sqrt(17):.15f}" (test_float_precision): evaluate the constant
+        return eval(compile(ast.Expression(node), "<case>", "eval"), {"math": __import__("math")})  # noqa: S307
+    if isinstance(node, (ast.Call, ast.Attribute)):  # StringExtractionConfig(...), Language.FRENCH: as written
+        return ast.unparse(node)
+    return ast.literal_eval(node)
+
+
+def _parametrized(text: str):
+    """(test name, argument names, line, values) for each row of every ``pytest.mark.parametrize``."""
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        for d in node.decorator_list:
+            if not (isinstance(d, ast.Call) and getattr(d.func, "attr", "") == "parametrize"):
+                continue
+            names = [n.strip() for n in ast.literal_eval(d.args[0]).split(",")]
+            for row in d.args[1].elts:
+                values = [_literal(v) for v in row.elts]
+                yield node.name, names, row.lineno, dict(zip(names, values)), ast.get_source_segment(text, node)
+
+
+def _cases_parametrized(repo: str, path: str, text: str):
+    for test, names, line, row, body in _parametrized(text):
+        if "output" in row and "ground_truth" in row:  # SkyRL: env.step(output)["reward"] == expected (1/0/-1)
+            env = re.search(r'skyrl_gym\.make\(\s*"(\w+)"', body)
+            yield dict(
+                category=f"skyrl_{env.group(1) if env else test}",
+                completion=row["output"],
+                gold=row["ground_truth"],
+                upstream=row["expected"] > 0,
+                upstream_assertion=f"env.step(output)['reward'] == {row['expected']!r}",
+                line=line,
+            )
+            continue
+        extra = {k: v for k, v in row.items() if k not in ("gold", "pred", "expected", "result")}
+        if "expected" in row and isinstance(row["expected"], list):  # test_string_extraction: parse(pred) == [...]
+            gold = row["expected"][-1] if row["expected"] else "A"
+            yield dict(
+                category=test,
+                completion=row["pred"],
+                gold=gold,
+                upstream=bool(row["expected"]),
+                upstream_assertion=f"parse(pred, [{row['config']}]) == {row['expected']!r}",
+                line=line,
+            )
+            continue
+        expected = row.get("expected", row.get("result"))
+        m = re.search(r"match_types=\[([^\]]*)\]", body)
+        how = f"compare_strings(gold, pred, match_types=[{m.group(1)}]" if m else "verify(parse(gold), parse(pred)"
+        how += "".join(f", {k}={v!r}" for k, v in extra.items()) + f") == {expected!r}"
+        yield dict(
+            category=test,
+            completion=row["pred"],
+            gold=row["gold"],
+            upstream=bool(expected),
+            upstream_assertion=how,
+            line=line,
+        )
+
+
+_HENDRYCKS_RE = re.compile(
+    r"def (test_\w+)\(self\):\s*test_in = (\".*?\")\s*test_out = (\".*?\")\s*self\.assert(True|False)\(is_equiv", re.S
+)
+
+
+def _cases_hendrycks(repo: str, path: str, text: str):
+    for m in _HENDRYCKS_RE.finditer(text):
+        gold, answer = ast.literal_eval(m.group(2)), ast.literal_eval(m.group(3))
+        yield dict(
+            category="is_equiv",
+            # is_equiv compares two answer strings: the answer is given as the completion's box.
+            completion="\\boxed{" + answer + "}",
+            gold=gold,
+            upstream=m.group(4) == "True",
+            upstream_assertion=f"is_equiv({gold!r}, {answer!r}) is {m.group(4)}  [{m.group(1)}]",
+            line=text.count("\n", 0, m.start()) + 1,
+        )
+
+
+# open-r1's accuracy assertions: (completion content, solution, expected reward) inside unittest methods.
+_OPEN_R1_RE = re.compile(
+    r"def (test_accuracy_reward\w*)\(self\):.*?\"content\": (r\".*?\")\}\]\]\s*solution = \[(r?\".*?\")\]"
+    r".*?self\.assertEqual\(rewards\[0\], ([01])\.0\)",
+    re.S,
+)
+
+
+def _cases_open_r1(repo: str, path: str, text: str):
+    for m in _OPEN_R1_RE.finditer(text):
+        content, gold = ast.literal_eval(m.group(2)), ast.literal_eval(m.group(3))
+        yield dict(
+            category="accuracy_reward",
+            completion=content,
+            gold=gold,
+            upstream=m.group(4) == "1",
+            upstream_assertion=f"accuracy_reward([[{{'content': {content!r}}}]], [{gold!r}]) == [{m.group(4)}.0]",
+            line=text.count("\n", 0, m.start()) + 1,
+        )
+
+
+def _cases_areal(repo: str, path: str, text: str):
+    """AReaL's reward tests: ``reward = <fn>(completions=..., answer=...)`` then ``assert reward == X`` (or an
+    assertion that only checks the reward is 0 or 1: no upstream verdict)."""
+    tree = ast.parse(text)
+    for cls in tree.body:
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for fn in cls.body:
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            call = next(
+                (
+                    n
+                    for n in ast.walk(fn)
+                    if isinstance(n, ast.Call) and {"completions", "answer"} <= {k.arg for k in n.keywords}
+                ),
+                None,
+            )
+            if call is None:
+                continue
+            kw = {k.arg: k.value for k in call.keywords}
+            try:
+                completion, gold = ast.literal_eval(kw["completions"]), ast.literal_eval(kw["answer"])
+            except ValueError:
+                continue
+            if not isinstance(completion, str) or not isinstance(gold, str):
+                continue  # answer=None: an API-robustness test, not a grading case
+            expected = None
+            for n in ast.walk(fn):
+                if (
+                    isinstance(n, ast.Compare)
+                    and isinstance(n.left, ast.Name)
+                    and n.left.id == "reward"
+                    and isinstance(n.ops[0], ast.Eq)
+                    and isinstance(n.comparators[0], ast.Constant)
+                ):
+                    expected = bool(n.comparators[0].value)
+            fname = ast.unparse(call.func)
+            yield dict(
+                category=f"areal_{fname}",
+                completion=completion,
+                gold=gold,
+                upstream=expected,
+                upstream_assertion=f"{fname}(completions={completion!r}, answer={gold!r}) == {expected}  [{fn.name}]"
+                if expected is not None
+                else f"{fname}(...) in [0.0, 1.0] (no verdict asserted)  [{fn.name}]",
+                line=call.lineno,
+            )
+
+
+def derive(mirror: Path) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    seen: dict[tuple[str, str], str] = {}
+    for repo, files in SOURCES.items():
+        repo_dir = _repo_dir(mirror, repo)
+        commit = _git(repo_dir, "rev-parse", "HEAD").strip()
+        rows = []
+        for path in files:
+            text = _git(repo_dir, "show", f"{commit}:{path}")
+            if repo == "hendrycks/math":
+                found = _cases_hendrycks(repo, path, text)
+            elif repo == "huggingface/open-r1":
+                found = _cases_open_r1(repo, path, text)
+            elif repo == "inclusionAI/AReaL":
+                found = _cases_areal(repo, path, text)
+            else:
+                found = _cases_parametrized(repo, path, text)
+            for c in found:
+                key = (c["completion"], c["gold"])
+                case_id = f"{repo.split('/')[1]}:{path}:{c['line']}"
+                if key in seen:  # lighteval copies many of Math-Verify's cases: each pair is counted once
+                    continue
+                seen[key] = case_id
+                label, why = c["upstream"], None
+                if case_id in LABELS:  # no verdict asserted upstream: labelled here
+                    label, why = LABELS[case_id], "no upstream verdict; labelled by the convention"
+                if case_id in OVERRIDES:
+                    label, why = OVERRIDES[case_id]
+                row = {
+                    "id": case_id,
+                    "category": c["category"],
+                    "completion": c["completion"],
+                    "gold": c["gold"],
+                    "label": label,
+                    "ambiguous": case_id in AMBIGUOUS,
+                    "why": why if why is not None else AMBIGUOUS.get(case_id),
+                    "upstream_expected": c["upstream"],
+                    "upstream_assertion": c["upstream_assertion"],
+                    "source": repo,
+                    "commit": commit,
+                    "file": path,
+                    "line": c["line"],
+                }
+                if row["label"] is None:
+                    raise SystemExit(f"{case_id}: no upstream verdict and no label in labels.LABELS")
+                rows.append(row)
+        out[OUT[repo]] = rows
+    unknown = (set(OVERRIDES) | set(AMBIGUOUS) | set(LABELS)) - {r["id"] for rows in out.values() for r in rows}
+    if unknown:
+        raise SystemExit(f"labels.py names cases that no longer exist upstream: {sorted(unknown)}")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mirror", type=Path, required=True, help="directory of <owner>+<name>[/repo] git clones")
+    ap.add_argument("--check", action="store_true", help="compare with the committed files, write nothing")
+    args = ap.parse_args(argv)
+    status = 0
+    for name, rows in derive(args.mirror).items():
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+        path = HERE / name
+        if args.check:
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                print(f"{path.name}: differs from what the upstream files give")
+                status = 1
+        else:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(path)
+        print(f"{name}: {len(rows)} cases")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
