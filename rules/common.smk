@@ -245,15 +245,23 @@ def print_training_summaries():
             print(f"grpoflow: {_tunix_summary(name, e)}", file=sys.stderr)
 
 
-def check_node_shapes():
-    """onstart (before the first submission; not in dry-runs): with the SLURM executor, refuse a job no node of
-    its partition can hold (grpoflow.slurm_nodes), in one line naming the config key."""
-    from grpoflow.slurm_nodes import check_workflow
+def preflight():
+    """onstart (before the first submission; not in dry-runs): the checks of grpoflow.preflight (each plane's
+    interpreter holds what its jobs import; with the SLURM executor the partition's node shapes, time limits and
+    GPU types; free space for the checkpoints). Every failure is one line naming the config key; then the run stops."""
+    from grpoflow.preflight import run
 
-    try:
-        check_workflow(workflow, log=lambda line: print(line, file=sys.stderr))
-    except ConfigError as err:
-        sys.exit(f"grpoflow: {err}")
+    failures = run(
+        workflow,
+        CFG,
+        config,
+        JOB_ENVS,
+        _deploy.deployment_methods(workflow),
+        os.path.exists(_TUNIX_VENV_PYTHON),
+        log=lambda line: print(line, file=sys.stderr),
+    )
+    if failures:
+        sys.exit("\n".join(f"grpoflow: {line}" for line in failures))
 
 
 def training_command(experiment):
