@@ -34,6 +34,7 @@ ENV_TUNIX = "../envs/tunix.yaml"
 
 # ---- which environment runs each job (grpoflow.deployment: --sdm conda / apptainer, cluster_env, or Snakemake's) ----
 from grpoflow import deployment as _deploy
+from grpoflow import gpucheck as _gpucheck
 
 # `make setup-tunix` builds the Tunix environment next to the Snakefile: the tunix plane's default interpreter.
 _TUNIX_VENV_PYTHON = os.path.join(workflow.basedir, ".venv-tunix", "bin", "python")
@@ -121,8 +122,27 @@ def training_inputs(wildcards):
     return training_paths(wildcards.experiment)[0]
 
 
-def train_resources(wildcards):
+def train_resources(wildcards, attempt=1):
+    """The experiment's request; a retry after a failed GPU check (grpoflow.gpucheck) asks for one CPU and no GPU,
+    and fails at once naming that check, instead of queueing for the same GPUs to fail the same way."""
+    if _gpucheck.retry_request(training_paths(wildcards.experiment)[1]["marker"], attempt):
+        return _gpucheck.RETRY_REQUEST
     return _slurm_resources(exp(wildcards)["resources"])
+
+
+def train_runtime(wildcards, attempt):
+    """resources.runtime for the first attempt, resources.retry_runtime for the profile's retries (5 min for a retry
+    after a failed GPU check)."""
+    req = train_resources(wildcards, attempt)
+    if req is _gpucheck.RETRY_REQUEST:
+        return req["runtime"]
+    return _attempt_runtime(exp(wildcards)["resources"], attempt)
+
+
+def evaluate_gpus(wildcards, attempt):
+    if _gpucheck.retry_request(f"{RESULTS}/{wildcards.model}/eval/{wildcards.benchmark}.json", attempt):
+        return None
+    return CFG.evaluation["resources"]["gpus"]
 
 
 # ---- SFT start ------------------------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ rule evaluate:
         evaluation_container
     threads: CFG.evaluation["resources"]["cpus_per_task"]
     resources:
-        gpu=CFG.evaluation["resources"]["gpus"],
+        # A retry after a failed GPU check asks for no GPU (grpoflow.gpucheck).
+        gpu=evaluate_gpus,
         cpus_per_task=CFG.evaluation["resources"]["cpus_per_task"],
         mem_mb=CFG.evaluation["resources"]["mem_mb"],
         runtime=CFG.evaluation["resources"]["runtime"],

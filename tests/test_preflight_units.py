@@ -3,6 +3,8 @@ checkpoint size, and the environment probe run by a real interpreter (this venv:
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 
 import pytest
@@ -59,3 +61,54 @@ def test_the_probe_runs_the_planes_interpreter_and_names_what_it_lacks():
     # Under --sdm conda the env is built per job: not probed here.
     failures, notes = check_environments(raw, {CLUSTER: JobEnv("", "python")}, {CLUSTER: needs}, {"conda"})
     assert failures == [] and "not checked at start" in notes[0]
+
+
+def test_gpu_check_driver_against_cuda_and_compute_mode(tmp_path):
+    from grpoflow import gpucheck
+    from grpoflow.errors import GrpoflowError
+
+    ok = [("0", "580.82.07", "Default"), ("1", "580.82.07", "Default")]
+    gpucheck.check("j", cuda="13.0", gpus=ok)
+    with pytest.raises(
+        GrpoflowError,
+        match=r"^j: the node's NVIDIA driver 570\.133\.20 is older than CUDA 13\.0 .* needs \(580\.65\.6\+\)",
+    ):
+        gpucheck.check("j", cuda="13.0", gpus=[("0", "570.133.20", "Default")])
+    gpucheck.check("j", cuda="12.8", gpus=[("0", "550.54.15", "Default")])  # minor-version compatibility
+    with pytest.raises(GrpoflowError, match=r"compute mode GPU 1: Exclusive_Process: verl runs two processes per GPU"):
+        gpucheck.check("j", cuda=None, gpus=[("0", "580.82.07", "Default"), ("1", "580.82.07", "Exclusive_Process")])
+    # A failure is recorded next to the output; a retry without a GPU fails at once naming it.
+    out = tmp_path / "training_complete.json"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho '0, 580.82.07, Exclusive_Process'\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    env = {"PATH": f"{fake}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "0"}
+    with mock_env(env), pytest.raises(GrpoflowError, match="compute mode"):
+        gpucheck.checked("j", out)
+    assert gpucheck.retry_request(str(out), 2) and not gpucheck.retry_request(str(out), 1)
+    with (
+        mock_env({"CUDA_VISIBLE_DEVICES": ""}),
+        pytest.raises(
+            GrpoflowError, match=r"^not retried on a GPU node: an earlier attempt's GPU check failed \(j: compute mode"
+        ),
+    ):
+        gpucheck.checked("j", out)
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho '0, 580.82.07, Default'\n")
+    with mock_env(env):
+        gpucheck.checked("j", out)
+    assert not gpucheck.record_path(out).exists()
+
+
+@contextlib.contextmanager
+def mock_env(values: dict):
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

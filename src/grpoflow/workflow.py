@@ -108,6 +108,12 @@ def run_shell_job(name: str, log_file: str | None, kwargs: dict) -> Any:
     kind = needs(kwargs)
     if kind:
         guarded(envcheck.check, kind, log_file=log_file, what=f"rule {name}")
+    if kind == "eval-vllm":  # what only the GPU node can tell: driver vs CUDA, compute mode (grpoflow.gpucheck)
+        from grpoflow import gpucheck
+
+        guarded(
+            gpucheck.checked, "evaluate (backend vllm)", kwargs.get("metrics_path"), log_file=log_file, what="GPU check"
+        )
     fn = getattr(importlib.import_module(module), func)
     return guarded(fn, log_file=log_file, what=f"rule {name}", **kwargs)
 

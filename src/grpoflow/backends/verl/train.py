@@ -38,7 +38,7 @@ from importlib import resources
 from pathlib import Path
 
 from grpoflow import checkpoint_record as ckrec
-from grpoflow import envcheck
+from grpoflow import envcheck, gpucheck
 from grpoflow.backends.common import write_marker, write_metrics
 from grpoflow.backends.verl import ckpt as ck
 from grpoflow.backends.verl import metrics as vm
@@ -287,6 +287,7 @@ def train(
             )
         else:
             envcheck.check("train-verl", ov)
+        gpucheck.checked("train_grpo (backend verl)", marker)
     preflight(ov)
     log.info("%s", memory_estimate(ov))  # the config-load GPU-memory estimate, redone with the model's config.json
     planned = int(ov["trainer.total_training_steps"])
