@@ -15,6 +15,14 @@ except ConfigError as err:
     sys.exit(f"grpoflow: {err}")
 
 
+from grpoflow import models as _models
+
+try:
+    HUB_MODELS = _models.hub_start_models(CFG)
+except ConfigError as err:
+    sys.exit(f"grpoflow: {err}")
+
+
 def _one_of(names):
     names = sorted(names)
     return "|".join(re.escape(n) for n in names) if names else "(?!x)x"
@@ -26,6 +34,7 @@ wildcard_constraints:
     experiment=_one_of(CFG.experiments),
     model=_one_of(CFG.models),
     benchmark=_one_of(CFG.evaluation["benchmarks"]),
+    hub_model=_one_of(HUB_MODELS),
 
 
 ENV_LOCAL = "../envs/local.yaml"
@@ -158,8 +167,14 @@ def demo_sft_inputs(wildcards):
 
 
 def sft_inputs(wildcards):
-    """The demo's SFT run when an experiment starts from it; nothing for user-provided SFT runs."""
-    return [DEMO_SFT_RUN_DIR] if CFG.uses_demo_sft(wildcards.experiment) else []
+    """The demo's SFT run when an experiment starts from it; a Hub-id start model's download_model manifest;
+    nothing for user-provided SFT runs and model dirs."""
+    if CFG.uses_demo_sft(wildcards.experiment):
+        return {"demo": DEMO_SFT_RUN_DIR}
+    model = (exp(wildcards).get("sft") or {}).get("model")
+    if _models.is_hub_id(model):
+        return {"hub_manifest": _models.manifest_path(model)}
+    return {}
 
 
 # ---- evaluation -----------------------------------------------------------------------------------------------

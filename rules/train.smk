@@ -3,7 +3,7 @@
 
 rule discover_sft_checkpoint:
     input:
-        sft_inputs,
+        unpack(sft_inputs),
     output:
         sft="results/{experiment}/sft.json",
     log:
