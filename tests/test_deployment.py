@@ -17,7 +17,7 @@ from grpoflow.errors import GrpoflowError
 LOCAL_PY = "/venvs/local/bin/python"
 
 
-OFFLINE = 'export HF_HUB_OFFLINE=1 HF_HOME="$PWD"/resources/hf'
+OFFLINE = 'export HF_HUB_OFFLINE=1 HF_HOME="$PWD"/resources/hf VLLM_NO_USAGE_STATS=1 RAY_USAGE_STATS_ENABLED=0'
 
 
 def test_each_way_of_deploying_picks_the_cluster_interpreter_explicitly():
@@ -50,7 +50,7 @@ def test_each_way_of_deploying_picks_the_cluster_interpreter_explicitly():
     )
     assert (
         job_envs({"hf_home": "/shared/hf"}, {"conda"}, LOCAL_PY)[CLUSTER].setup
-        == "export HF_HUB_OFFLINE=1 HF_HOME=/shared/hf"
+        == "export HF_HUB_OFFLINE=1 HF_HOME=/shared/hf VLLM_NO_USAGE_STATS=1 RAY_USAGE_STATS_ENABLED=0"
     )
 
 

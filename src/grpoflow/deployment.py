@@ -73,7 +73,13 @@ def exports(raw_config: dict, python: str | None) -> str:
     on PATH when the interpreter is named by path (None: activated or chosen by --sdm)."""
     from grpoflow.models import hf_home_dir
 
-    words = ["HF_HUB_OFFLINE=1", f"HF_HOME={hf_home_dir(raw_config.get('hf_home'))}"]
+    # vLLM's and Ray's usage reports would otherwise try the network from every job (vllm/usage/usage_lib.py).
+    words = [
+        "HF_HUB_OFFLINE=1",
+        f"HF_HOME={hf_home_dir(raw_config.get('hf_home'))}",
+        "VLLM_NO_USAGE_STATS=1",
+        "RAY_USAGE_STATS_ENABLED=0",
+    ]
     if python:
         words.append(f'PATH={shlex.quote(os.path.dirname(python))}:"$PATH"')
     return "export " + " ".join(words)
