@@ -127,7 +127,7 @@ def rotate(checkpoint_dir: str | os.PathLike, keep: int | None, protect: set[int
     step in ``protect``; remove the other ``global_step_N`` dirs: older checkpoints, verl's own rotation leftovers
     (it deletes ``actor/`` but leaves ``data.pt``), and saves above the latest step (cut off: verl writes that file
     last and redoes those steps). verl rotates only what its own process saved, so after a resume the earlier
-    attempts' checkpoints (~196 GB each for a 32B actor with optimizer state) would otherwise stay forever.
+    attempts' checkpoints (~393 GB each for Qwen3-32B: fp32 params + AdamW moments, 12 B × 32.76 B) would otherwise stay forever.
 
     The newest complete checkpoint is never removed. Each dir is renamed to ``.deleting-global_step_N`` first
     (atomic), then deleted: a kill half-way leaves a hidden dir that the next call finishes, never a
