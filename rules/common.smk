@@ -319,8 +319,10 @@ def merge_job(wildcards, input, output):
     )
 
 
-def evaluate_job(wildcards, input, output, threads):
-    """evaluate's arguments (JSON) for `python -m grpoflow.workflow evaluate`."""
+def evaluate_job(wildcards, input, output):
+    """evaluate's arguments (JSON) for `python -m grpoflow.workflow evaluate`. Not the job's threads: they are
+    passed as --threads (a param that differs between a dry-run and the job would make `snakemake -n` after a
+    finished SLURM run report "Params have changed" for every evaluate)."""
     return json.dumps(
         {
             "model_name": wildcards.model,
@@ -332,7 +334,6 @@ def evaluate_job(wildcards, input, output, threads):
             "inputs": dict(input.items()),
             "metrics_path": output.metrics,
             "samples_path": output.samples,
-            "threads": threads,
         }
     )
 

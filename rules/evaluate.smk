@@ -32,7 +32,7 @@ rule evaluate:
         python=lambda wc: evaluation_python(),
         job=evaluate_job,
     shell:
-        "{params.python} -m grpoflow.workflow evaluate --log {log} --kwargs {params.job:q}"
+        "{params.python} -m grpoflow.workflow evaluate --log {log} --threads {threads} --kwargs {params.job:q}"
 
 
 # `snakemake baselines`: evaluate the SFT starting points and the external models on every benchmark, with no

@@ -112,3 +112,21 @@ def mock_env(values: dict):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def test_vllm_tensor_parallel_size_must_equal_the_evaluation_gpus():
+    from grpoflow_testing import load_shipped
+
+    from grpoflow.config import resolve_config
+    from grpoflow.errors import ConfigError
+
+    raw = load_shipped("config/qwen3-8b-gsm8k.yaml")
+    raw["evaluation"] = {**raw["evaluation"], "backend": "vllm", "vllm": {"tensor_parallel_size": 2}}
+    raw["evaluation"]["resources"] = {**raw["evaluation"].get("resources", {}), "gpus": 1}
+    with pytest.raises(
+        ConfigError,
+        match=r"^config error: evaluation.vllm.tensor_parallel_size = 2 but evaluation.resources.gpus = 1: vLLM runs one rank per GPU; make them equal$",
+    ):
+        resolve_config(raw)
+    raw["evaluation"]["resources"]["gpus"] = 2
+    resolve_config(raw)

@@ -128,9 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("job", choices=sorted(SHELL_JOBS))
     parser.add_argument("--log", default=None, help="the rule's log file")
     parser.add_argument("--kwargs", required=True, help="the job's arguments as a JSON object")
+    parser.add_argument("--threads", type=int, default=None, help="the job's CPU threads (Snakemake's {threads})")
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    run_shell_job(args.job, args.log, json.loads(args.kwargs))
+    kwargs = json.loads(args.kwargs)
+    if args.threads is not None:
+        kwargs["threads"] = args.threads
+    run_shell_job(args.job, args.log, kwargs)
     return 0
 
 

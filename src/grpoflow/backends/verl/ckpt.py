@@ -79,6 +79,9 @@ NOT_TRAINING = {
     "actor_rollout_ref.model.enable_gradient_checkpointing",
     "actor_rollout_ref.actor.fsdp_config.param_offload",
     "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
+    # verl.offload_policy: where FSDP2 keeps params, grads and AdamW state (host RAM) and steps the optimizer; the
+    # checkpoint holds the same tensors either way (switching it on after an OOM must not block the resume).
+    "actor_rollout_ref.actor.fsdp_config.offload_policy",
     "actor_rollout_ref.rollout.gpu_memory_utilization",
     "actor_rollout_ref.rollout.enforce_eager",
     "actor_rollout_ref.rollout.free_cache_engine",
@@ -91,6 +94,7 @@ NOT_TRAINING_SUFFIXES = (
     "max_token_len_per_gpu",
     "param_offload",
     "optimizer_offload",
+    "offload_policy",
     "gpu_memory_utilization",
     "max_num_seqs",
     "max_num_batched_tokens",
