@@ -36,7 +36,7 @@ print_training_summaries()
 
 
 onstart:
-    check_node_shapes()
+    preflight()
 
 
 rule all:

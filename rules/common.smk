@@ -15,6 +15,14 @@ except ConfigError as err:
     sys.exit(f"grpoflow: {err}")
 
 
+from grpoflow import models as _models
+
+try:
+    HUB_MODELS = _models.hub_start_models(CFG)
+except ConfigError as err:
+    sys.exit(f"grpoflow: {err}")
+
+
 def _one_of(names):
     names = sorted(names)
     return "|".join(re.escape(n) for n in names) if names else "(?!x)x"
@@ -26,6 +34,7 @@ wildcard_constraints:
     experiment=_one_of(CFG.experiments),
     model=_one_of(CFG.models),
     benchmark=_one_of(CFG.evaluation["benchmarks"]),
+    hub_model=_one_of(HUB_MODELS),
 
 
 ENV_LOCAL = "../envs/local.yaml"
@@ -34,6 +43,7 @@ ENV_TUNIX = "../envs/tunix.yaml"
 
 # ---- which environment runs each job (grpoflow.deployment: --sdm conda / apptainer, cluster_env, or Snakemake's) ----
 from grpoflow import deployment as _deploy
+from grpoflow import gpucheck as _gpucheck
 
 # `make setup-tunix` builds the Tunix environment next to the Snakefile: the tunix plane's default interpreter.
 _TUNIX_VENV_PYTHON = os.path.join(workflow.basedir, ".venv-tunix", "bin", "python")
@@ -121,8 +131,27 @@ def training_inputs(wildcards):
     return training_paths(wildcards.experiment)[0]
 
 
-def train_resources(wildcards):
+def train_resources(wildcards, attempt=1):
+    """The experiment's request; a retry after a failed GPU check (grpoflow.gpucheck) asks for one CPU and no GPU,
+    and fails at once naming that check, instead of queueing for the same GPUs to fail the same way."""
+    if _gpucheck.retry_request(training_paths(wildcards.experiment)[1]["marker"], attempt):
+        return _gpucheck.RETRY_REQUEST
     return _slurm_resources(exp(wildcards)["resources"])
+
+
+def train_runtime(wildcards, attempt):
+    """resources.runtime for the first attempt, resources.retry_runtime for the profile's retries (5 min for a retry
+    after a failed GPU check)."""
+    req = train_resources(wildcards, attempt)
+    if req is _gpucheck.RETRY_REQUEST:
+        return req["runtime"]
+    return _attempt_runtime(exp(wildcards)["resources"], attempt)
+
+
+def evaluate_gpus(wildcards, attempt):
+    if _gpucheck.retry_request(f"{RESULTS}/{wildcards.model}/eval/{wildcards.benchmark}.json", attempt):
+        return None
+    return CFG.evaluation["resources"]["gpus"]
 
 
 # ---- SFT start ------------------------------------------------------------------------------------------------
@@ -138,8 +167,14 @@ def demo_sft_inputs(wildcards):
 
 
 def sft_inputs(wildcards):
-    """The demo's SFT run when an experiment starts from it; nothing for user-provided SFT runs."""
-    return [DEMO_SFT_RUN_DIR] if CFG.uses_demo_sft(wildcards.experiment) else []
+    """The demo's SFT run when an experiment starts from it; a Hub-id start model's download_model manifest;
+    nothing for user-provided SFT runs and model dirs."""
+    if CFG.uses_demo_sft(wildcards.experiment):
+        return {"demo": DEMO_SFT_RUN_DIR}
+    model = (exp(wildcards).get("sft") or {}).get("model")
+    if _models.is_hub_id(model):
+        return {"hub_manifest": _models.manifest_path(model)}
+    return {}
 
 
 # ---- evaluation -----------------------------------------------------------------------------------------------
@@ -249,15 +284,23 @@ def print_training_summaries():
             print(f"grpoflow: {_trl_summary(name, e)}", file=sys.stderr)
 
 
-def check_node_shapes():
-    """onstart (before the first submission; not in dry-runs): with the SLURM executor, refuse a job no node of
-    its partition can hold (grpoflow.slurm_nodes), in one line naming the config key."""
-    from grpoflow.slurm_nodes import check_workflow
+def preflight():
+    """onstart (before the first submission; not in dry-runs): the checks of grpoflow.preflight (each plane's
+    interpreter holds what its jobs import; with the SLURM executor the partition's node shapes, time limits and
+    GPU types; free space for the checkpoints). Every failure is one line naming the config key; then the run stops."""
+    from grpoflow.preflight import run
 
-    try:
-        check_workflow(workflow, log=lambda line: print(line, file=sys.stderr))
-    except ConfigError as err:
-        sys.exit(f"grpoflow: {err}")
+    failures = run(
+        workflow,
+        CFG,
+        config,
+        JOB_ENVS,
+        _deploy.deployment_methods(workflow),
+        os.path.exists(_TUNIX_VENV_PYTHON),
+        log=lambda line: print(line, file=sys.stderr),
+    )
+    if failures:
+        sys.exit("\n".join(f"grpoflow: {line}" for line in failures))
 
 
 def training_command(experiment):
@@ -280,8 +323,10 @@ def merge_job(wildcards, input, output):
     )
 
 
-def evaluate_job(wildcards, input, output, threads):
-    """evaluate's arguments (JSON) for `python -m grpoflow.workflow evaluate`."""
+def evaluate_job(wildcards, input, output):
+    """evaluate's arguments (JSON) for `python -m grpoflow.workflow evaluate`. Not the job's threads: they are
+    passed as --threads (a param that differs between a dry-run and the job would make `snakemake -n` after a
+    finished SLURM run report "Params have changed" for every evaluate)."""
     return json.dumps(
         {
             "model_name": wildcards.model,
@@ -293,7 +338,6 @@ def evaluate_job(wildcards, input, output, threads):
             "inputs": dict(input.items()),
             "metrics_path": output.metrics,
             "samples_path": output.samples,
-            "threads": threads,
         }
     )
 

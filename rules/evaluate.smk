@@ -16,7 +16,8 @@ rule evaluate:
         evaluation_container
     threads: CFG.evaluation["resources"]["cpus_per_task"]
     resources:
-        gpu=CFG.evaluation["resources"]["gpus"],
+        # A retry after a failed GPU check asks for no GPU (grpoflow.gpucheck).
+        gpu=evaluate_gpus,
         cpus_per_task=CFG.evaluation["resources"]["cpus_per_task"],
         mem_mb=CFG.evaluation["resources"]["mem_mb"],
         runtime=CFG.evaluation["resources"]["runtime"],
@@ -31,7 +32,7 @@ rule evaluate:
         python=lambda wc: evaluation_python(),
         job=evaluate_job,
     shell:
-        "{params.python} -m grpoflow.workflow evaluate --log {log} --kwargs {params.job:q}"
+        "{params.python} -m grpoflow.workflow evaluate --log {log} --threads {threads} --kwargs {params.job:q}"
 
 
 # `snakemake baselines`: evaluate the SFT starting points and the external models on every benchmark, with no

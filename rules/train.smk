@@ -3,7 +3,7 @@
 
 rule discover_sft_checkpoint:
     input:
-        sft_inputs,
+        unpack(sft_inputs),
     output:
         sft="results/{experiment}/sft.json",
     log:
@@ -33,15 +33,15 @@ rule train_grpo:
     threads: lambda wc: train_resources(wc)["cpus_per_task"]
     resources:
         # From the experiment's `resources:` (see grpoflow.backends.slurm_resources for the multi-node shape).
-        nodes=lambda wc: train_resources(wc)["nodes"],
-        gpu=lambda wc: train_resources(wc)["gpu"],
-        gres=lambda wc: train_resources(wc)["gres"],
-        mpi=lambda wc: train_resources(wc)["mpi"],
-        tasks_per_node=lambda wc: train_resources(wc)["tasks_per_node"],
-        cpus_per_task=lambda wc: train_resources(wc)["cpus_per_task"],
-        mem_mb=lambda wc: train_resources(wc)["mem_mb"],
+        nodes=lambda wc, attempt: train_resources(wc, attempt)["nodes"],
+        gpu=lambda wc, attempt: train_resources(wc, attempt)["gpu"],
+        gres=lambda wc, attempt: train_resources(wc, attempt)["gres"],
+        mpi=lambda wc, attempt: train_resources(wc, attempt)["mpi"],
+        tasks_per_node=lambda wc, attempt: train_resources(wc, attempt)["tasks_per_node"],
+        cpus_per_task=lambda wc, attempt: train_resources(wc, attempt)["cpus_per_task"],
+        mem_mb=lambda wc, attempt: train_resources(wc, attempt)["mem_mb"],
         # resources.runtime for the first attempt, resources.retry_runtime for the profile's retries.
-        runtime=lambda wc, attempt: _attempt_runtime(exp(wc)["resources"], attempt),
+        runtime=train_runtime,
         tpu=experiment_tpu,
     params:
         # A function of the wildcards only: Snakemake ignores params that take input/output when it decides

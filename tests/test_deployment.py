@@ -17,29 +17,40 @@ from grpoflow.errors import GrpoflowError
 LOCAL_PY = "/venvs/local/bin/python"
 
 
+OFFLINE = 'export HF_HUB_OFFLINE=1 HF_HOME="$PWD"/resources/hf VLLM_NO_USAGE_STATS=1 RAY_USAGE_STATS_ENABLED=0'
+
+
 def test_each_way_of_deploying_picks_the_cluster_interpreter_explicitly():
+    """Every job exports offline Hub access with the shared HF_HOME first; an interpreter named by path has its bin/
+    first on PATH (as activating its venv would)."""
+    local_env = JobEnv(f'{OFFLINE} PATH=/venvs/local/bin:"$PATH"', LOCAL_PY)
     none = job_envs({}, set(), LOCAL_PY)
-    assert none == {
-        LOCAL: JobEnv("", LOCAL_PY),
-        CLUSTER: JobEnv("", LOCAL_PY),
-        TUNIX: JobEnv("", LOCAL_PY),
-    }  # then the env check names what is missing
+    assert none == {LOCAL: local_env, CLUSTER: local_env, TUNIX: local_env}  # then the env check names what is missing
     named = job_envs({"cluster_env": {"python": "/shared/cluster env/bin/python"}}, set(), LOCAL_PY)
-    assert named[CLUSTER].run() == "'/shared/cluster env/bin/python'" and named[LOCAL].run() == LOCAL_PY
+    assert (
+        named[CLUSTER].run()
+        == f"{OFFLINE} PATH='/shared/cluster env/bin':\"$PATH\" && '/shared/cluster env/bin/python'"
+    )
+    assert named[LOCAL] == local_env
     mod = job_envs({"cluster_env": {"activate": "module load cuda/12.8; source /s/v/bin/activate;"}}, set(), LOCAL_PY)
-    assert mod[CLUSTER].run() == "module load cuda/12.8; source /s/v/bin/activate && python"
+    assert mod[CLUSTER].run() == f"{OFFLINE} && module load cuda/12.8; source /s/v/bin/activate && python"
     # --sdm conda activates each rule's env (envs/local.yaml, envs/cluster.yaml): `python` is that env's.
+    conda = JobEnv(OFFLINE, "python")
     assert job_envs({"cluster_env": {"python": "/x/bin/python"}}, {"conda"}, LOCAL_PY) == {
-        LOCAL: JobEnv("", "python"),
-        CLUSTER: JobEnv("", "python"),
-        TUNIX: JobEnv("", "python"),
+        LOCAL: conda,
+        CLUSTER: conda,
+        TUNIX: conda,
     }
     # --sdm apptainer: the image's python for cluster jobs only; without an image, the named env.
     app = job_envs({"cluster_env": {"container": "docker://img", "python": "/x/bin/python"}}, {"apptainer"}, LOCAL_PY)
-    assert app == {LOCAL: JobEnv("", LOCAL_PY), CLUSTER: JobEnv("", "python"), TUNIX: JobEnv("", LOCAL_PY)}
+    assert app == {LOCAL: local_env, CLUSTER: conda, TUNIX: local_env}
     assert (
         job_envs({"cluster_env": {"python": "/x/bin/python"}}, {"apptainer"}, LOCAL_PY)[CLUSTER].python
         == "/x/bin/python"
+    )
+    assert (
+        job_envs({"hf_home": "/shared/hf"}, {"conda"}, LOCAL_PY)[CLUSTER].setup
+        == "export HF_HUB_OFFLINE=1 HF_HOME=/shared/hf VLLM_NO_USAGE_STATS=1 RAY_USAGE_STATS_ENABLED=0"
     )
 
 

@@ -23,13 +23,17 @@ Three planes:
   interpreter (whose environment check then names what is missing).
 
 No job relies on ``PATH`` set by whoever ran Snakemake: an interpreter path is written into the command
-(``snakemake -n -p`` shows it), or the environment is activated by the job itself. The interpreter is part of
+(``snakemake -n -p`` shows it), or the environment is activated by the job itself. An interpreter named by path
+also has its ``bin/`` put first on ``PATH`` (what activating the venv would do): tools installed with it (ninja for
+JIT-built kernels, ``ray``) are found by the processes the job starts. Every job exports ``HF_HUB_OFFLINE=1`` and
+``HF_HOME=<hf_home>`` (grpoflow.models: Hub start models are fetched by download_model on the login node). The interpreter is part of
 the commands' params, so switching the cluster environment reruns those jobs, as Snakemake's own
 ``software-env`` trigger does for a changed conda env.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import sys
@@ -65,29 +69,52 @@ def deployment_methods(workflow) -> set[str]:
     return {m.name.lower() for m in methods}
 
 
+def exports(raw_config: dict, python: str | None) -> str:
+    """``export ...`` run first in a job: offline Hub access with the shared HF_HOME, and ``python``'s bin/ first
+    on PATH when the interpreter is named by path (None: activated or chosen by --sdm)."""
+    from grpoflow.models import hf_home_dir
+
+    # vLLM's and Ray's usage reports would otherwise try the network from every job (vllm/usage/usage_lib.py).
+    words = [
+        "HF_HUB_OFFLINE=1",
+        f"HF_HOME={hf_home_dir(raw_config.get('hf_home'))}",
+        "VLLM_NO_USAGE_STATS=1",
+        "RAY_USAGE_STATS_ENABLED=0",
+    ]
+    if python:
+        words.append(f'PATH={shlex.quote(os.path.dirname(python))}:"$PATH"')
+    return "export " + " ".join(words)
+
+
 def job_envs(
     raw_config: dict, methods: set[str], local_python: str | None = None, tunix_venv_python: str | None = None
 ) -> dict[str, JobEnv]:
     """The JobEnv of each plane for this Snakemake invocation (see the module docstring for the order).
     ``tunix_venv_python``: the interpreter ``make setup-tunix`` made (.venv-tunix/bin/python), if it exists."""
-    local_python = shlex.quote(local_python or sys.executable)
+    local_raw = local_python or sys.executable
+    local_python = shlex.quote(local_raw)
     conda = "conda" in methods
-    local = JobEnv("", "python" if conda else local_python)
 
-    def plane(key: str, fallback: str) -> JobEnv:
+    def env(setup: str, python: str, raw_python: str | None) -> JobEnv:
+        first = exports(raw_config, raw_python)
+        return JobEnv(f"{first} && {setup}" if setup else first, python)
+
+    local = env("", "python", None) if conda else env("", local_python, local_raw)
+
+    def plane(key: str, fallback_raw: str) -> JobEnv:
         spec = raw_config.get(key) or {}
         if conda or ("apptainer" in methods and spec.get("container")):
-            return JobEnv("", "python")
+            return env("", "python", None)
         if spec.get("python"):
-            return JobEnv("", shlex.quote(spec["python"]))
+            return env("", shlex.quote(spec["python"]), spec["python"])
         if spec.get("activate"):
-            return JobEnv(spec["activate"].strip().rstrip(";"), "python")
-        return JobEnv("", fallback)
+            return env(spec["activate"].strip().rstrip(";"), "python", None)
+        return env("", shlex.quote(fallback_raw), fallback_raw)
 
-    tunix_fallback = shlex.quote(tunix_venv_python) if tunix_venv_python else local_python
+    tunix_fallback = tunix_venv_python or local_raw
     return {
         LOCAL: local,
-        CLUSTER: plane(ENV_KEYS[CLUSTER], local_python),
+        CLUSTER: plane(ENV_KEYS[CLUSTER], local_raw),
         TUNIX: plane(ENV_KEYS[TUNIX], tunix_fallback),
     }
 

@@ -87,8 +87,11 @@ def _hf_candidates(ckpt: Path, hf_subdir: str) -> list[Path]:
     return [ckpt / hf_subdir, ckpt / "actor" / hf_subdir, ckpt]
 
 
-def discover(spec: dict) -> dict:
-    """``spec`` is an experiment's `sft` section. Returns the record written to sft.json."""
+def discover(spec: dict, hub_manifest: str | None = None) -> dict:
+    """``spec`` is an experiment's `sft` section. Returns the record written to sft.json. ``hub_manifest``: the
+    download_model manifest of a Hub-id ``model`` (then the local snapshot is the start model)."""
+    if spec.get("model") and hub_manifest:
+        return _hub_snapshot(spec, hub_manifest)
     if spec.get("model"):
         return _explicit_model(spec["model"], spec.get("trust_remote_code", False))
     run_dir = Path(spec["run_dir"])
@@ -142,6 +145,27 @@ def discover(spec: dict) -> dict:
     )
 
 
+def _hub_snapshot(spec: dict, manifest: str) -> dict:
+    from grpoflow.models import snapshot_of
+
+    path = Path(snapshot_of(manifest))
+    record = read_json(manifest)
+    files = check_hf_dir(path)
+    check_remote_code(path, spec.get("trust_remote_code", False), "sft.trust_remote_code")
+    log.info("SFT model %s@%s: the local snapshot %s (download_model)", record["repo_id"], record["commit"], path)
+    return {
+        "path": str(path),
+        "step": None,
+        "found_by": f"sft.model (Hub id, fetched by download_model at commit {record['commit']})",
+        "run_dir": None,
+        "checkpoint": None,
+        "hf_subdir": None,
+        "files": files,
+        "hub_id": record["repo_id"],
+        "hub_commit": record["commit"],
+    }
+
+
 def _explicit_model(model: str, trusted: bool) -> dict:
     path = Path(model)
     if path.exists():
@@ -173,8 +197,8 @@ def _explicit_model(model: str, trusted: bool) -> dict:
     raise DataError(f"sft.model {model!r} is neither an existing directory nor a Hub id (org/name): fix the path")
 
 
-def discover_to_file(spec: dict, out_path: str) -> dict:
-    record = discover(spec)
+def discover_to_file(spec: dict, out_path: str, hub_manifest: str | None = None) -> dict:
+    record = discover(spec, hub_manifest)
     atomic_write_json(out_path, record)
     return record
 

@@ -37,6 +37,7 @@ HOW_TO_PICK_TUNIX = (
 # (module that must be importable, pip package that provides it)
 VERL = ("verl", "verl==0.9.1")
 VLLM = ("vllm", "vllm (verl[vllm])")
+TORCH = ("torch", "torch")
 TRANSFER_QUEUE = ("transfer_queue", "TransferQueue (verl[vllm])")
 FLASH_ATTN = ("flash_attn", "flash-attn")
 
@@ -106,13 +107,20 @@ def trl_gpu_args(spec: dict) -> str:
     return f"train-trl-gpu {spec['trl']['vllm']['mode']}{lora}"
 
 
-def require_trl_gpu(vllm_mode: str, lora: bool) -> None:
-    job = "train_grpo (backend trl on GPUs)"
+def trl_gpu_needs(vllm_mode: str, lora: bool) -> list[tuple[str, str, str]]:
+    """The modules a TRL GPU job imports besides torch (whose CUDA build require_trl_gpu reads): (module, package,
+    why). The preflight at onstart finds the same ones in the cluster interpreter."""
     needs = [(*TRL, "backend: trl")]
     if vllm_mode != "none":
         needs.append((*VLLM, f"trl.vllm.mode {vllm_mode}"))
     if lora:
         needs.append((*PEFT, "grpo.lora"))
+    return needs
+
+
+def require_trl_gpu(vllm_mode: str, lora: bool) -> None:
+    job = "train_grpo (backend trl on GPUs)"
+    needs = trl_gpu_needs(vllm_mode, lora)
     missing = [(pkg, why) for module, pkg, why in needs if not _found(module)]
     cuda = torch_cuda_build()
     if cuda is None:

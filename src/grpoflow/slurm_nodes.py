@@ -5,19 +5,23 @@ the pipeline's earlier jobs ran): e.g. ``cpus_per_task: 240`` on nodes with 224 
 of 4-GPU nodes. Before the first submission (Snakemake's ``onstart``, only with the SLURM executor, never in a
 dry-run or with the local profile) this reads what the partition's nodes hold with
 ``sinfo -h -N -p PART -o '%N|%P|%c|%m|%G'`` (CPUs, memory in MB, GRES) and refuses, in one line naming the config
-key, a job no node (or not enough nodes, for multi-node jobs) can hold.
+key, a job no node (or not enough nodes, for multi-node jobs) can hold, a time limit above the partition's
+(``%l``) and a GPU type it does not have. grpoflow.preflight runs it with its other start checks.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass
 
 from grpoflow.errors import ConfigError
 
-SINFO_FORMAT = "%N|%P|%c|%m|%G"
+SINFO_FORMAT = "%N|%P|%c|%m|%G|%l"
+
+# GPU memory of a card as sold (GB), by the GRES type sites commonly name it; a type not listed (or ambiguous:
+# a100 comes with 40 or 80 GB) is not compared with resources.gpu_mem_gb.
+GPU_TYPE_GB = {"h100": 80, "h200": 141, "b200": 180, "gh200": 96, "l40s": 48, "l40": 48, "a40": 48, "a10": 24, "l4": 24}
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,8 @@ class Node:
     cpus: int
     mem_mb: int
     gpus: int
+    gpu_types: tuple[str, ...] = ()  # lower-case GRES types ('h100'); empty: untyped
+    time_limit_min: int | None = None  # the partition's MaxTime (sinfo %l); None: unlimited/unknown
 
 
 @dataclass(frozen=True)
@@ -39,7 +45,10 @@ class Request:
     cpus: int  # per node (cpus_per_task × tasks per node)
     mem_mb: int  # per node (--mem)
     gpus: int  # per node
-    keys: dict  # "nodes"/"cpus"/"mem_mb"/"gpus" -> config key that sets it
+    keys: dict  # "nodes"/"cpus"/"mem_mb"/"gpus"/"runtime"/"gpu_type"/"gpu_mem_gb" -> config key that sets it
+    runtime_min: int | None = None  # the longest time limit any attempt asks for
+    gpu_type: str | None = None  # a GRES type it asks for (gpu_model, gres gpu:TYPE:N)
+    gpu_mem_gb: float | None = None  # the GPU size its config assumes (resources.gpu_mem_gb)
 
 
 def gpu_count(gres: str) -> int:
@@ -52,14 +61,56 @@ def gpu_count(gres: str) -> int:
     return total
 
 
+def gpu_types(gres: str) -> tuple[str, ...]:
+    """GRES types in a sinfo %G field: 'gpu:h100:8(S:0-1)' -> ('h100',); 'gpu:8' -> ()."""
+    out = []
+    for item in re.split(r",(?![^()]*\))", gres or ""):
+        parts = re.sub(r"\(.*\)", "", item).split(":")
+        if parts[0] == "gpu" and len(parts) == 3:
+            out.append(parts[1].lower())
+    return tuple(sorted(set(out)))
+
+
+def parse_time_limit(text: str) -> int | None:
+    """Minutes in a SLURM time limit as sinfo %l prints it ('infinite', '1-00:00:00', '2:00:00', '30:00' is
+    minutes:seconds, '90' minutes); None when unlimited or unknown."""
+    text = (text or "").strip().lower()
+    if not text or text in ("infinite", "unlimited", "n/a", "none"):
+        return None
+    days, _, rest = text.rpartition("-")
+    try:
+        d = int(days) if days else 0
+        parts = [int(p) for p in rest.split(":")]
+    except ValueError:
+        return None
+    if days:  # days-hours[:minutes[:seconds]]
+        h, m, s = (parts + [0, 0])[:3]
+    elif len(parts) == 3:
+        h, m, s = parts
+    elif len(parts) == 2:
+        h, m, s = 0, parts[0], parts[1]
+    else:
+        h, m, s = 0, parts[0], 0
+    return d * 1440 + h * 60 + m + (1 if s else 0)
+
+
 def parse_sinfo(text: str) -> list[Node]:
     nodes = []
     for line in text.splitlines():
         if not line.strip():
             continue
-        name, part, cpus, mem, gres = line.split("|", 4)
+        name, part, cpus, mem, rest = line.split("|", 4)
+        gres, _, limit = rest.rpartition("|") if rest.count("|") else (rest, "", "")
         nodes.append(
-            Node(name, part.rstrip("*"), int(cpus.rstrip("+")), int(re.sub(r"\D.*", "", mem) or 0), gpu_count(gres))
+            Node(
+                name,
+                part.rstrip("*"),
+                int(cpus.rstrip("+")),
+                int(re.sub(r"\D.*", "", mem) or 0),
+                gpu_count(gres),
+                gpu_types(gres),
+                parse_time_limit(limit),
+            )
         )
     return nodes
 
@@ -95,6 +146,28 @@ def check(requests: list[Request], nodes: list[Node], default_partition: str | N
                 raise ConfigError(
                     f"{req.job} asks for {want} {unit} per node but the largest node of partition {part} has {most} (sinfo): lower {req.keys[field]}"
                 )
+        limits = [n.time_limit_min for n in pool]
+        if req.runtime_min and None not in limits and req.runtime_min > max(limits):
+            raise ConfigError(
+                f"{req.job} asks for {req.runtime_min} min but partition {part} allows at most {max(limits)} min (sinfo %l): lower {req.keys['runtime']} (a longer run resumes across attempts: the profile's retries)"
+            )
+        if req.gpus and req.gpu_type:
+            typed = [n for n in pool if req.gpu_type.lower() in n.gpu_types]
+            if not typed:
+                have = sorted({t for n in pool for t in n.gpu_types}) or ["untyped"]
+                raise ConfigError(
+                    f"{req.job} asks for GPU type {req.gpu_type} but partition {part} has {', '.join(have)} (sinfo %G): change {req.keys['gpu_type']}"
+                )
+            pool = typed
+        if req.gpus and req.gpu_mem_gb:
+            known = {t: GPU_TYPE_GB[t] for n in pool for t in n.gpu_types if t in GPU_TYPE_GB}
+            if known and all(n.gpu_types and all(t in known for t in n.gpu_types) for n in pool):
+                largest = max(known.values())
+                if req.gpu_mem_gb > largest:
+                    cards = ", ".join(f"{t} ({gb} GB)" for t, gb in sorted(known.items()))
+                    raise ConfigError(
+                        f"{req.job}: {req.keys['gpu_mem_gb']} = {req.gpu_mem_gb:g} but partition {part}'s GPUs are {cards} (sinfo %G): set it to {largest} (the memory check assumes it) or use a partition with larger GPUs"
+                    )
         fit = [n for n in pool if n.cpus >= req.cpus and n.mem_mb >= req.mem_mb and n.gpus >= req.gpus]
         if len(fit) < req.nodes:
             raise ConfigError(
@@ -102,58 +175,81 @@ def check(requests: list[Request], nodes: list[Node], default_partition: str | N
             )
 
 
-def job_request(job, profile_key: str) -> Request:
+def job_request(job, profile_key: str, exp_resources: dict | None = None) -> Request:
     """A Snakemake job's request (from its evaluated resources). ``profile_key`` names where a rule without
-    config resources gets them (the profile's set-resources/default-resources)."""
+    config resources gets them (the profile's set-resources/default-resources). ``exp_resources``: train_grpo's
+    experiment ``resources:`` (its retries may ask for ``retry_runtime``, longer than the first attempt's)."""
     r = job.resources
     nodes = int(r.get("nodes", 1) or 1)
     per_node_tasks = int(r.get("tasks_per_node", 1) or 1) if r.get("mpi") else 1
     cpus = int(r.get("cpus_per_task", job.threads) or 1) * per_node_tasks
     gpus = int(r.get("gpu", 0) or 0)
+    gpu_type = str(r.get("gpu_model") or "") or None
     if r.get("gres"):
         gpus = gpu_count(str(r["gres"]))
+        gpu_type = (gpu_types(str(r["gres"])) or (gpu_type,))[0]
+    runtime = int(r.get("runtime", 0) or 0) or None
     wc = ", ".join(f"{v}" for v in job.wildcards_dict.values())
     name = f"rule {job.rule.name}" + (f" ({wc})" if wc else "")
+    gpu_mem_gb = None
+    profile = {
+        k: f"{profile_key} {job.rule.name}: {v}"
+        for k, v in (
+            ("nodes", "nodes"),
+            ("cpus", "cpus_per_task"),
+            ("mem_mb", "mem_mb"),
+            ("gpus", "gpu"),
+            ("runtime", "runtime"),
+            ("gpu_type", "gpu_model"),
+        )
+    }
     if job.rule.name == "train_grpo":
         base = f"experiments.{job.wildcards_dict['experiment']}.resources"
         keys = {
+            **profile,
             "nodes": f"{base}.nodes",
             "cpus": f"{base}.cpus_per_task",
             "mem_mb": f"{base}.mem_mb",
             "gpus": f"{base}.gpus_per_node",
+            "runtime": f"{base}.runtime",
+            "gpu_mem_gb": f"{base}.gpu_mem_gb",
         }
+        if exp_resources:
+            retry = exp_resources.get("retry_runtime")
+            if retry and retry > (runtime or 0):
+                runtime, keys["runtime"] = retry, f"{base}.retry_runtime"
+            gpu_mem_gb = exp_resources.get("gpu_mem_gb")
     elif job.rule.name == "evaluate":
         keys = {
+            **profile,
             "nodes": "evaluation.resources",
             "cpus": "evaluation.resources.cpus_per_task",
             "mem_mb": "evaluation.resources.mem_mb",
             "gpus": "evaluation.resources.gpus",
+            "runtime": "evaluation.resources.runtime",
         }
     else:
-        keys = {
-            k: f"{profile_key} {job.rule.name}: {v}"
-            for k, v in (("nodes", "nodes"), ("cpus", "cpus_per_task"), ("mem_mb", "mem_mb"), ("gpus", "gpu"))
-        }
-    return Request(name, r.get("slurm_partition") or None, nodes, cpus, int(r.get("mem_mb", 0) or 0), gpus, keys)
+        keys = profile
+    return Request(
+        name,
+        r.get("slurm_partition") or None,
+        nodes,
+        cpus,
+        int(r.get("mem_mb", 0) or 0),
+        gpus,
+        keys,
+        runtime_min=runtime,
+        gpu_type=gpu_type,
+        gpu_mem_gb=gpu_mem_gb,
+    )
 
 
-def check_workflow(workflow, log=print) -> None:
-    """Snakemake's onstart hook: with the SLURM executor, check every job about to be submitted."""
-    plugin = getattr(workflow, "executor_plugin", None)
-    if plugin is None or plugin.name != "slurm" or not workflow.is_main_process or workflow.dryrun:
-        return
-    if not shutil.which("sinfo"):
-        log("grpoflow: node-shape check skipped: sinfo not found on this host (requests go to sbatch unchecked)")
-        return
-    try:
-        nodes, default = query_nodes()
-    except (subprocess.SubprocessError, OSError, ValueError) as err:
-        log(f"grpoflow: node-shape check skipped: sinfo failed ({err})")
-        return
-    requests = [
-        job_request(j, "the profile's set-resources/default-resources for")
-        for j in workflow.dag.needrun_jobs()
-        if not j.is_local
-    ]
-    check(requests, nodes, default)
-    log(f"grpoflow: node-shape check passed: {len(requests)} job(s) fit the partition's nodes (sinfo)")
+def check_requests(requests: list[Request], nodes: list[Node], default_partition: str | None) -> list[str]:
+    """Every request checked (check()); the failures, one line each."""
+    failures = []
+    for req in requests:
+        try:
+            check([req], nodes, default_partition)
+        except ConfigError as err:
+            failures.append(str(err))
+    return failures

@@ -108,6 +108,12 @@ def run_shell_job(name: str, log_file: str | None, kwargs: dict) -> Any:
     kind = needs(kwargs)
     if kind:
         guarded(envcheck.check, kind, log_file=log_file, what=f"rule {name}")
+    if kind == "eval-vllm":  # what only the GPU node can tell: driver vs CUDA, compute mode (grpoflow.gpucheck)
+        from grpoflow import gpucheck
+
+        guarded(
+            gpucheck.checked, "evaluate (backend vllm)", kwargs.get("metrics_path"), log_file=log_file, what="GPU check"
+        )
     fn = getattr(importlib.import_module(module), func)
     return guarded(fn, log_file=log_file, what=f"rule {name}", **kwargs)
 
@@ -122,9 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("job", choices=sorted(SHELL_JOBS))
     parser.add_argument("--log", default=None, help="the rule's log file")
     parser.add_argument("--kwargs", required=True, help="the job's arguments as a JSON object")
+    parser.add_argument("--threads", type=int, default=None, help="the job's CPU threads (Snakemake's {threads})")
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    run_shell_job(args.job, args.log, json.loads(args.kwargs))
+    kwargs = json.loads(args.kwargs)
+    if args.threads is not None:
+        kwargs["threads"] = args.threads
+    run_shell_job(args.job, args.log, kwargs)
     return 0
 
 

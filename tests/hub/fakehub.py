@@ -37,6 +37,14 @@ DATASET_ROUTES = [
     ("GET", re.compile(rf"^/datasets/{REPO}/resolve/{REV}/(?P<path>.+)$"), "dataset_file"),
     ("HEAD", re.compile(rf"^/datasets/{REPO}/resolve/{REV}/(?P<path>.+)$"), "dataset_file"),
 ]
+# Public model repos (start models fetched by download_model): readable without a token. Tried only for repos
+# added with add_model, so the upload routes below keep their own /api/models/... answers.
+MODEL_ROUTES = [
+    ("GET", re.compile(rf"^/api/models/{REPO}/revision/{REV}$"), "dataset_info"),
+    ("GET", re.compile(rf"^/api/models/{REPO}/tree/{REV}(?:/(?P<path>.+))?$"), "dataset_tree"),
+    ("GET", re.compile(rf"^/{REPO}/resolve/{REV}/(?P<path>.+)$"), "dataset_file"),
+    ("HEAD", re.compile(rf"^/{REPO}/resolve/{REV}/(?P<path>.+)$"), "dataset_file"),
+]
 
 
 def git_blob_id(content: bytes) -> str:
@@ -58,6 +66,7 @@ class FakeHub:
         self.token = token
         self.repos: dict[str, Repo] = {}
         self.datasets: dict[str, Repo] = {}
+        self.models: dict[str, Repo] = {}  # public model repos (add_model)
         self.requests: list[dict] = []  # {"method", "path", "authorized"}
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -82,6 +91,17 @@ class FakeHub:
         )
         repo = self.datasets.setdefault(repo_id, Repo(private=False))
         repo.commits[oid] = {"files": dict(files), "parent": None, "message": "stand-in data"}
+        repo.branches["main"] = oid
+        return oid
+
+    def add_model(self, repo_id: str, files: dict[str, bytes], commit: str | None = None) -> str:
+        """A public model repo whose ``main`` is one commit holding ``files``; returns the commit id."""
+        oid = (
+            commit
+            or hashlib.sha1(json.dumps(sorted((p, git_blob_id(c)) for p, c in files.items())).encode()).hexdigest()
+        )
+        repo = self.models.setdefault(repo_id, Repo(private=False))
+        repo.commits[oid] = {"files": dict(files), "parent": None, "message": "stand-in model"}
         repo.branches["main"] = oid
         return oid
 
@@ -125,6 +145,12 @@ class FakeHub:
                         args = {k: unquote(v) for k, v in match.groupdict().items() if v is not None}
                         with hub._lock:
                             return getattr(self, name)(method, **args)
+                for m, pattern, name in MODEL_ROUTES:
+                    match = pattern.match(path)
+                    if m == method and match and unquote(match.group("repo")) in hub.models:
+                        args = {k: unquote(v) for k, v in match.groupdict().items() if v is not None}
+                        with hub._lock:
+                            return getattr(self, name)(method, **args, store=hub.models)
                 if not authorized:
                     return self._reply(
                         401, {"error": "Invalid credentials in Authorization header"}, {"X-Error-Code": "Unauthorized"}
@@ -147,33 +173,35 @@ class FakeHub:
                 self._dispatch("HEAD")
 
             # public dataset repos
-            def _dataset_commit(self, repo: str, rev: str) -> str | None:
-                r = hub.datasets.get(repo)
+            def _dataset_commit(self, repo: str, rev: str, store=None) -> str | None:
+                r = (hub.datasets if store is None else store).get(repo)
                 if r is None:
                     return None
                 sha = r.branches.get(rev, rev)
                 return sha if sha in r.commits else None
 
-            def _dataset_missing(self, repo: str, rev: str, method: str = "GET"):
-                if repo not in hub.datasets:
+            def _dataset_missing(self, repo: str, rev: str, store=None):
+                if repo not in (hub.datasets if store is None else store):
                     return self._reply(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
                 return self._reply(404, {"error": f"Invalid rev id: {rev}"}, {"X-Error-Code": "RevisionNotFound"})
 
-            def dataset_info(self, method: str, repo: str, rev: str):
-                sha = self._dataset_commit(repo, rev)
+            def dataset_info(self, method: str, repo: str, rev: str, store=None):
+                store = hub.datasets if store is None else store
+                sha = self._dataset_commit(repo, rev, store)
                 if sha is None:
-                    return self._dataset_missing(repo, rev)
-                files = hub.datasets[repo].commits[sha]["files"]
+                    return self._dataset_missing(repo, rev, store)
+                files = store[repo].commits[sha]["files"]
                 return self._reply(
                     200,
                     {"id": repo, "sha": sha, "private": False, "siblings": [{"rfilename": f} for f in sorted(files)]},
                 )
 
-            def dataset_tree(self, method: str, repo: str, rev: str, path: str = ""):
-                sha = self._dataset_commit(repo, rev)
+            def dataset_tree(self, method: str, repo: str, rev: str, path: str = "", store=None):
+                store = hub.datasets if store is None else store
+                sha = self._dataset_commit(repo, rev, store)
                 if sha is None:
-                    return self._dataset_missing(repo, rev)
-                files = hub.datasets[repo].commits[sha]["files"]
+                    return self._dataset_missing(repo, rev, store)
+                files = store[repo].commits[sha]["files"]
                 prefix = path.rstrip("/") + "/" if path else ""
                 entries = [
                     {"type": "file", "oid": git_blob_id(c), "size": len(c), "path": p}
@@ -182,11 +210,12 @@ class FakeHub:
                 ]
                 return self._reply(200, entries)
 
-            def dataset_file(self, method: str, repo: str, rev: str, path: str):
-                sha = self._dataset_commit(repo, rev)
+            def dataset_file(self, method: str, repo: str, rev: str, path: str, store=None):
+                store = hub.datasets if store is None else store
+                sha = self._dataset_commit(repo, rev, store)
                 if sha is None:
-                    return self._dataset_missing(repo, rev)
-                files = hub.datasets[repo].commits[sha]["files"]
+                    return self._dataset_missing(repo, rev, store)
+                files = store[repo].commits[sha]["files"]
                 if path not in files:
                     return self._reply(
                         404, {"error": f"{path} not found"}, {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": sha}

@@ -83,5 +83,8 @@ def test_snakemake_passes_the_check_when_every_job_fits(local_slurm, tmp_path):
     wd = make_workdir(tmp_path)
     proc = snakemake_slurm(["resources/demo/tiny-qwen3", "--configfile", *SHORT_CONFIG[1:]], wd, timeout=600)
     out = proc.stdout + proc.stderr
-    assert "grpoflow: node-shape check passed: 1 job(s) fit the partition's nodes (sinfo)" in out, out[-3000:]
+    assert (
+        "grpoflow: node-shape check passed: 1 job(s) fit the partition's nodes, time limits and GPU types (sinfo)"
+        in out
+    ), out[-3000:]
     assert len(submitted_jobs(out)) == 1

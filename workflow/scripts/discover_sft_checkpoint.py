@@ -8,4 +8,5 @@ run_job(
     discover_to_file,
     spec=snakemake.params.sft,  # noqa: F821
     out_path=snakemake.output.sft,  # noqa: F821
+    hub_manifest=snakemake.input.get("hub_manifest"),  # noqa: F821
 )

@@ -124,6 +124,15 @@ def check_generation(gen: Generation) -> None:
 def check_evaluation_config(evaluation: dict) -> None:
     """Cross checks of the resolved `evaluation` section that the schema cannot express (config load time)."""
     generation_settings(evaluation)
+    if evaluation.get("backend") == "vllm":
+        # vLLM starts one worker per tensor-parallel rank, each on its own GPU: more ranks than the job's GPUs fail at
+        # engine start (after the queue wait); fewer leave GPUs idle.
+        tp = (evaluation.get("vllm") or {}).get("tensor_parallel_size", 1)
+        gpus = (evaluation.get("resources") or {}).get("gpus", 1)
+        if tp != gpus:
+            raise ConfigError(
+                f"config error: evaluation.vllm.tensor_parallel_size = {tp} but evaluation.resources.gpus = {gpus}: vLLM runs one rank per GPU; make them equal"
+            )
     for name, bench in evaluation.get("benchmarks", {}).items():
         try:
             generation_settings(benchmark_settings(evaluation, bench))

@@ -473,3 +473,12 @@ def test_settings_do_not_depend_on_where_the_project_lives(tmp_path, monkeypatch
         "actor_rollout_ref.actor.optim.lr": "1e-06",
         "reward.custom_reward_function.path": "src/reward.py",
     }
+
+
+def test_offload_policy_is_not_a_training_setting():
+    """Turning verl.offload_policy on after an out-of-memory failure resumes (the checkpoint holds the same tensors)."""
+    ov = {"actor_rollout_ref.actor.optim.lr": "1e-06", "actor_rollout_ref.actor.fsdp_config.offload_policy": "true"}
+    assert ck.training_settings(ov) == {"actor_rollout_ref.actor.optim.lr": "1e-06"}
+    assert ck.training_settings({**ov, "+actor_rollout_ref.ref.fsdp_config.offload_policy": "true"}) == {
+        "actor_rollout_ref.actor.optim.lr": "1e-06"
+    }

@@ -79,6 +79,9 @@ NOT_TRAINING = {
     "actor_rollout_ref.model.enable_gradient_checkpointing",
     "actor_rollout_ref.actor.fsdp_config.param_offload",
     "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
+    # verl.offload_policy: where FSDP2 keeps params, grads and AdamW state (host RAM) and steps the optimizer; the
+    # checkpoint holds the same tensors either way (switching it on after an OOM must not block the resume).
+    "actor_rollout_ref.actor.fsdp_config.offload_policy",
     "actor_rollout_ref.rollout.gpu_memory_utilization",
     "actor_rollout_ref.rollout.enforce_eager",
     "actor_rollout_ref.rollout.free_cache_engine",
@@ -91,6 +94,7 @@ NOT_TRAINING_SUFFIXES = (
     "max_token_len_per_gpu",
     "param_offload",
     "optimizer_offload",
+    "offload_policy",
     "gpu_memory_utilization",
     "max_num_seqs",
     "max_num_batched_tokens",
@@ -127,7 +131,7 @@ def rotate(checkpoint_dir: str | os.PathLike, keep: int | None, protect: set[int
     step in ``protect``; remove the other ``global_step_N`` dirs: older checkpoints, verl's own rotation leftovers
     (it deletes ``actor/`` but leaves ``data.pt``), and saves above the latest step (cut off: verl writes that file
     last and redoes those steps). verl rotates only what its own process saved, so after a resume the earlier
-    attempts' checkpoints (~196 GB each for a 32B actor with optimizer state) would otherwise stay forever.
+    attempts' checkpoints (~393 GB each for Qwen3-32B: fp32 params + AdamW moments, 12 B × 32.76 B) would otherwise stay forever.
 
     The newest complete checkpoint is never removed. Each dir is renamed to ``.deleting-global_step_N`` first
     (atomic), then deleted: a kill half-way leaves a hidden dir that the next call finishes, never a

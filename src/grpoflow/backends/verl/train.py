@@ -38,7 +38,7 @@ from importlib import resources
 from pathlib import Path
 
 from grpoflow import checkpoint_record as ckrec
-from grpoflow import envcheck
+from grpoflow import envcheck, gpucheck
 from grpoflow.backends.common import write_marker, write_metrics
 from grpoflow.backends.verl import ckpt as ck
 from grpoflow.backends.verl import metrics as vm
@@ -141,6 +141,34 @@ def preflight(ov: dict[str, str]) -> None:
 
 
 # ---- running verl -----------------------------------------------------------------------------------------------
+
+
+def job_cpus_per_node() -> int:
+    """The CPUs this job holds on each node: squeue's %C (the job's CPUs) / %D (its nodes) inside SLURM (the
+    plugin strips SLURM_CPUS_* from the job step), else this process's CPU affinity."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if job:
+        try:
+            out = subprocess.run(
+                ["squeue", "-h", "-j", job, "-o", "%C %D"], capture_output=True, text=True, timeout=30, check=True
+            ).stdout.split()
+            return max(1, int(out[0]) // max(1, int(out[1])))
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            pass
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def worker_threads(gpus_per_node: int, environ=os.environ, cpus: int | None = None) -> dict[str, str]:
+    """OMP_NUM_THREADS for verl's Ray workers, unless set (verl.env). Ray sets it to 1 in every actor that asks for no
+    CPUs unless it is already in the worker's environment (ray/_private/utils.py set_omp_num_threads_if_unset), and
+    verl's FSDP workers ask only for GPUs; workers inherit it from the process that starts Ray (verl's driver on one
+    node, each node's `ray start` under the launcher). So torch's CPU ops in each worker (the AdamW step with
+    verl.offload_policy, gradient accumulation into offloaded grads) get the node's CPUs split over its GPUs instead
+    of one thread. Decided in the job, not in the command, so a changed cpus_per_task does not rerun training."""
+    if environ.get("OMP_NUM_THREADS"):
+        return {}
+    cpus = cpus if cpus is not None else job_cpus_per_node()
+    return {"OMP_NUM_THREADS": str(max(1, cpus // max(1, gpus_per_node)))}
 
 
 class Interrupted(Exception):
@@ -287,6 +315,7 @@ def train(
             )
         else:
             envcheck.check("train-verl", ov)
+        gpucheck.checked("train_grpo (backend verl)", marker)
     preflight(ov)
     log.info("%s", memory_estimate(ov))  # the config-load GPU-memory estimate, redone with the model's config.json
     planned = int(ov["trainer.total_training_steps"])
@@ -326,7 +355,14 @@ def train(
                 ckpt, vm.METRICS_SUBDIR, f"attempt-{stamp}-{os.environ.get('SLURM_JOB_ID', os.getpid())}.jsonl"
             ).absolute()
             logfile.parent.mkdir(parents=True, exist_ok=True)
-            env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(logfile)}
+            threads = worker_threads(gpus_per_node)
+            if threads:
+                log.info(
+                    "OMP_NUM_THREADS=%s for verl's workers (the job's CPUs per node / %d GPUs)",
+                    threads["OMP_NUM_THREADS"],
+                    gpus_per_node,
+                )
+            env = {**os.environ, **threads, "VERL_FILE_LOGGER_PATH": str(logfile)}
             started = time.monotonic()
             try:
                 with step_progress(logfile, planned):
