@@ -503,6 +503,8 @@ CASES = [
         "conclusion",
     ),
     ("E9 number words in a text command", f"{B}{{\\text{{forty-two}}}}", "42", True, ANY, "boxed"),
+    ("D15 a stray trailing backslash in the truth", f"{B}{{185}}", "185\\", True, ANY, "boxed"),
+    ("D15 a stray trailing backslash in the truth (wrong)", f"{B}{{186}}", "185\\", False, ANY, "boxed"),
 ]
 
 

@@ -327,10 +327,6 @@ def _preceding_word(text: str, start: int) -> str:
     return m.group(1).lower() if m else ""
 
 
-_NUMBER_RHS_RE = lre.compile(rf"-?\\?\$?\s?(?:{_NUM})(?:\s*\\?%)?(?:\s*\\text\{{[^{{}}]*\}})?")
-_VARIABLE_RE = lre.compile(r"[A-Za-z](?:_\{?\w+\}?)?")
-
-
 def split_equals(text: str) -> list[str]:
     """``text`` split at each ``=`` that is an equals sign, not part of ``<=``, ``>=``, ``!=``, ``\\=`` or
     ``==`` (a single linear scan)."""

@@ -276,6 +276,9 @@ def unicode_math_to_latex(text: str) -> str:
 def _clean_gold(gold: str) -> str:
     g = unicode_math_to_latex(str(gold).strip())
     g = _extract.strip_end_tokens(g).strip()
+    if g.endswith("\\") and not g.endswith("\\\\"):
+        # A stray trailing backslash (185 and then one backslash): an artifact of how the key was cut out.
+        g = g[:-1].rstrip()
     if g.startswith("$") and g.endswith("$") and len(g) > 1:
         g = g.strip("$").strip()
     boxed = _extract.find_boxes(g)

@@ -40,6 +40,7 @@ SOURCES = {
     "huggingface/open-r1": ["tests/test_rewards.py"],
     "inclusionAI/AReaL": ["tests/test_math_verify_reward.py"],
     "NovaSky-AI/SkyRL": ["skyrl-gym/tests/test_aime.py", "skyrl-gym/tests/test_gsm8k.py"],
+    "NVIDIA/NeMo-Skills": ["tests/test_math_equal.py"],
 }
 OUT = {
     "huggingface/Math-Verify": "math_verify.jsonl",
@@ -48,6 +49,7 @@ OUT = {
     "huggingface/open-r1": "open_r1.jsonl",
     "inclusionAI/AReaL": "areal.jsonl",
     "NovaSky-AI/SkyRL": "skyrl.jsonl",
+    "NVIDIA/NeMo-Skills": "nemo_skills.jsonl",
 }
 
 
@@ -64,6 +66,10 @@ def _literal(node):
     """A literal (strings, numbers, lists, f-strings of constants evaluated), or raise ValueError."""
     if isinstance(node, ast.JoinedStr):  # f"{math.sqrt(17):.15f}" (test_float_precision): evaluate the constant
         return eval(compile(ast.Expression(node), "<case>", "eval"), {"math": __import__("math")})  # noqa: S307
+    if isinstance(node, ast.Tuple):
+        return tuple(_literal(e) for e in node.elts)
+    if isinstance(node, ast.BinOp) and all(isinstance(x, ast.Constant) for x in (node.left, node.right)):
+        return eval(compile(ast.Expression(node), "<case>", "eval"), {"__builtins__": {}})  # noqa: S307 (5 / 2)
     if isinstance(node, (ast.Call, ast.Attribute)):  # StringExtractionConfig(...), Language.FRENCH: as written
         return ast.unparse(node)
     return ast.literal_eval(node)
@@ -80,12 +86,29 @@ def _parametrized(text: str):
                 continue
             names = [n.strip() for n in ast.literal_eval(d.args[0]).split(",")]
             for row in d.args[1].elts:
-                values = [_literal(v) for v in row.elts]
+                values = [_literal(row)] if len(names) == 1 else [_literal(v) for v in row.elts]
                 yield node.name, names, row.lineno, dict(zip(names, values)), ast.get_source_segment(text, node)
 
 
 def _cases_parametrized(repo: str, path: str, text: str):
     for test, names, line, row, body in _parametrized(text):
+        if names == ["output_pair"]:  # NeMo-Skills: math_equal(a, b) is expected both ways round
+            a, b = row["output_pair"]
+            if a is None or b is None:
+                continue  # math_equal(0, None): an API test, not a grading case
+            expected = test == "test_correct_examples"
+            for gold, answer, way in ((a, b, "(a, b)"), (b, a, "(b, a)")):
+                yield dict(
+                    category="nemo_math_equal",
+                    # math_equal compares two answers: the answer is given as the completion's box.
+                    completion="\\boxed{" + str(answer) + "}",
+                    gold=str(gold),
+                    upstream=expected,
+                    upstream_assertion=f"math_equal{way} is {expected} for {row['output_pair']!r}",
+                    line=line,
+                    sub=way,
+                )
+            continue
         if "output" in row and "ground_truth" in row:  # SkyRL: env.step(output)["reward"] == expected (1/0/-1)
             env = re.search(r'skyrl_gym\.make\(\s*"(\w+)"', body)
             yield dict(
@@ -232,7 +255,7 @@ def derive(mirror: Path) -> dict[str, list[dict]]:
                 found = _cases_parametrized(repo, path, text)
             for c in found:
                 key = (c["completion"], c["gold"])
-                case_id = f"{repo.split('/')[1]}:{path}:{c['line']}"
+                case_id = f"{repo.split('/')[1]}:{path}:{c['line']}" + (f"{c['sub']}" if c.get("sub") else "")
                 if key in seen:  # lighteval copies many of Math-Verify's cases: each pair is counted once
                     continue
                 seen[key] = case_id

@@ -21,6 +21,7 @@ FILES = (
     "open_r1.jsonl",
     "areal.jsonl",
     "skyrl.jsonl",
+    "nemo_skills.jsonl",
     "grpoflow_issue18.jsonl",
 )
 
