@@ -56,7 +56,7 @@ def test_the_probe_runs_the_planes_interpreter_and_names_what_it_lacks():
     failures, _ = check_environments(raw, {CLUSTER: JobEnv("", sys.executable)}, {CLUSTER: needs}, set())
     assert len(failures) == 1 and "\n" not in failures[0]
     assert failures[0].startswith(
-        f"cluster_env.python: {sys.executable} lacks vllm (verl[vllm]) (for train_grpo (e): rollout; evaluate (m, b) +1 more: evaluation.backend: vllm); "
+        f"cluster_env.python: {sys.executable} lacks vllm (verl[vllm]) (for evaluate (m, b) +1 more: evaluation.backend: vllm; train_grpo (e): rollout); "
     )
     # Under --sdm conda the env is built per job: not probed here.
     failures, notes = check_environments(raw, {CLUSTER: JobEnv("", "python")}, {CLUSTER: needs}, {"conda"})

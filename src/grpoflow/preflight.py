@@ -62,9 +62,10 @@ class PlaneNeeds:
 
     def reasons(self, module: str) -> str:
         """'train_grpo (e): why; evaluate (m, b) +3 more: why'"""
+        # Sorted: Snakemake's job order is not stable between runs, the message should be.
+        groups = sorted((sorted(jobs), why) for why, jobs in self.modules[module][1].items())
         return "; ".join(
-            f"{jobs[0]}{f' +{len(jobs) - 1} more' if len(jobs) > 1 else ''}: {why}"
-            for why, jobs in self.modules[module][1].items()
+            f"{jobs[0]}{f' +{len(jobs) - 1} more' if len(jobs) > 1 else ''}: {why}" for jobs, why in groups
         )
 
 
@@ -135,18 +136,20 @@ def check_environments(
         setting = env_key(raw_config, plane, env, tunix_venv)
         modules = sorted(pn.modules)
         cmd = f"{env.run()} -c {shlex.quote(PROBE)} {' '.join(map(shlex.quote, modules))}"
+        # What the user set, without the exports every job runs first (grpoflow.deployment.exports).
+        shown = env.run().split(" && ", 1)[1] if env.run().startswith("export ") else env.run()
         try:
             proc = run(["bash", "-c", cmd], capture_output=True, text=True, timeout=ENV_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             failures.append(
-                f"{setting}: `{env.run()}` did not answer within {ENV_TIMEOUT_S} s on this host: check the interpreter (docs/cluster.md#deployment)"
+                f"{setting}: `{shown}` did not answer within {ENV_TIMEOUT_S} s on this host: check the interpreter (docs/cluster.md#deployment)"
             )
             continue
         report = _last_json(proc.stdout)
         if proc.returncode != 0 or report is None:
             why = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
             failures.append(
-                f"{setting}: `{env.run()}` does not run on this host (exit {proc.returncode}: {why}): set it to the {plane} environment's interpreter, at a path the login and compute nodes share (docs/cluster.md#deployment)"
+                f"{setting}: `{shown}` does not run on this host (exit {proc.returncode}: {why}): set it to the {plane} environment's interpreter, at a path the login and compute nodes share (docs/cluster.md#deployment)"
             )
             continue
         missing = report["missing"]
