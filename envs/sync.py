@@ -21,10 +21,10 @@ PAIRS = {
     "envs/cluster.yaml": (
         "requirements/cluster.lock",
         "grpoflow-cluster",
-        "the cluster plane: verl 0.9.1 + TRL 1.16 + vLLM 0.24 + torch 2.11 (CUDA) for train_grpo,\n"
-        "# merge_checkpoint and vLLM evaluation jobs (backend: verl, backend: trl with trl.use_cpu false,\n"
-        "# evaluation.backend: vllm). After creating it,\n"
-        "# on a GPU node: pip install flash-attn==2.8.3.post2 --no-build-isolation (verl's default attention)",
+        "the cluster plane: verl 0.9.1 + TRL 1.16 + vLLM 0.24 + torch 2.11 (CUDA 13: driver R580+) for\n"
+        "# train_grpo, merge_checkpoint and vLLM evaluation jobs (backend: verl, backend: trl with trl.use_cpu false,\n"
+        "# evaluation.backend: vllm). After creating it, add flash-attn 2.8.3.post2 (verl's default attention; no\n"
+        "# wheel on PyPI): docs/cluster.md, Set-up",
         [],
     ),
     "envs/tunix.yaml": (

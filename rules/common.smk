@@ -53,6 +53,10 @@ JOB_ENVS = _deploy.job_envs(
     tunix_venv_python=_TUNIX_VENV_PYTHON if os.path.exists(_TUNIX_VENV_PYTHON) else None,
 )
 _CONDA_ENVS = {_deploy.CLUSTER: ENV_CLUSTER, _deploy.LOCAL: ENV_LOCAL, _deploy.TUNIX: ENV_TUNIX}
+try:
+    _deploy.check_multinode(CFG, config, _deploy.deployment_methods(workflow))
+except ConfigError as err:
+    sys.exit(f"grpoflow: {err}")
 
 
 def exp(wildcards):

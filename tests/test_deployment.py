@@ -136,3 +136,23 @@ def test_shell_job_runs_the_library_function_with_its_check_first(tmp_path):
     assert f"job interpreter: {sys.executable}" in text and text.rstrip().splitlines()[-1].startswith(
         "grpoflow: error: environment check failed for evaluate"
     )
+
+
+def test_multinode_under_apptainer_is_refused_in_one_line():
+    from grpoflow_testing import load_shipped
+
+    from grpoflow.config import resolve_config
+    from grpoflow.deployment import check_multinode
+    from grpoflow.errors import ConfigError
+
+    raw = load_shipped("config/qwen3-32b-gsm8k.yaml")
+    raw["defaults"]["resources"]["nodes"] = 2
+    cfg = resolve_config(raw)
+    image = {"cluster_env": {"container": "docker://verlai/verl:x"}}
+    check_multinode(cfg, image, set())  # no --sdm apptainer: the image is not used
+    check_multinode(cfg, {}, {"apptainer"})  # no image for the cluster plane
+    with pytest.raises(
+        ConfigError, match=r"resources.nodes = 2 with --sdm apptainer and cluster_env.container: "
+    ) as err:
+        check_multinode(cfg, image, {"apptainer"})
+    assert "\n" not in str(err.value)

@@ -56,7 +56,7 @@ def test_the_probe_runs_the_planes_interpreter_and_names_what_it_lacks():
     failures, _ = check_environments(raw, {CLUSTER: JobEnv("", sys.executable)}, {CLUSTER: needs}, set())
     assert len(failures) == 1 and "\n" not in failures[0]
     assert failures[0].startswith(
-        f"cluster_env.python: {sys.executable} lacks vllm (verl[vllm]) (for train_grpo (e): rollout; evaluate (m, b) +1 more: evaluation.backend: vllm); "
+        f"cluster_env.python: {sys.executable} lacks vllm (verl[vllm]) (for evaluate (m, b) +1 more: evaluation.backend: vllm; train_grpo (e): rollout); "
     )
     # Under --sdm conda the env is built per job: not probed here.
     failures, notes = check_environments(raw, {CLUSTER: JobEnv("", "python")}, {CLUSTER: needs}, {"conda"})
@@ -130,3 +130,31 @@ def test_vllm_tensor_parallel_size_must_equal_the_evaluation_gpus():
         resolve_config(raw)
     raw["evaluation"]["resources"]["gpus"] = 2
     resolve_config(raw)
+
+
+def test_disk_need_adds_up_per_filesystem_less_what_the_dir_holds(tmp_path):
+    from types import SimpleNamespace
+
+    from grpoflow_testing import load_shipped
+
+    from grpoflow.config import resolve_config
+    from grpoflow.preflight import check_disk
+
+    raw = load_shipped("config/qwen3-32b-gsm8k.yaml")
+    exp = next(iter(raw["experiments"]))
+    raw["experiments"] = {
+        "a": {**raw["experiments"][exp], "checkpoint_dir": str(tmp_path / "a")},
+        "b": {**raw["experiments"][exp], "checkpoint_dir": str(tmp_path / "b")},
+    }
+    cfg = resolve_config(raw)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "shard.pt").write_bytes(b"x" * 1000)  # counted against a's need
+    one = 393_145_479_168  # (4 + 8) B x Qwen3-32B's params
+    fs = lambda free: lambda _p: SimpleNamespace(f_bavail=free, f_frsize=1)  # noqa: E731
+    failures, notes = check_disk(cfg, ["a", "b"], statvfs=fs(8 * one - 1000))
+    assert failures == [] and "needed" in notes[0]
+    failures, _ = check_disk(cfg, ["a", "b"], statvfs=fs(8 * one - 1001))
+    assert len(failures) == 2 and all(
+        "grpo.max_checkpoints_to_keep + 1 = 4 checkpoints of ~393 GB" in f for f in failures
+    )
+    assert "(with the other experiments on this filesystem: 3145 GB)" in failures[0]

@@ -139,3 +139,18 @@ def evaluation_plane(evaluation: dict) -> str:
 def describe(envs: dict[str, JobEnv]) -> str:
     """One line for the log of a Snakemake run: which interpreter each plane's jobs use."""
     return "; ".join(f"{plane} jobs: {env.run()}" for plane, env in envs.items())
+
+
+def check_multinode(cfg, raw_config: dict, methods: set[str]) -> None:
+    """Refuse (one line) a multi-node verl experiment under --sdm apptainer with cluster_env.container: Snakemake runs
+    the job's shell inside the image, where the launcher's `srun --overlap` steps (one `ray start` per node) are not
+    available, and the steps it would start outside the image cannot run the image's interpreter."""
+    from grpoflow.errors import ConfigError
+
+    if "apptainer" not in methods or not (raw_config.get(ENV_KEYS[CLUSTER]) or {}).get("container"):
+        return
+    for name, exp in sorted(cfg.experiments.items()):
+        if exp["backend"] == "verl" and exp["resources"]["nodes"] > 1:
+            raise ConfigError(
+                f"config error: experiments.{name}.resources.nodes = {exp['resources']['nodes']} with --sdm apptainer and cluster_env.container: the multi-node Ray launcher starts srun steps that cannot run inside the image; use one node, or a named environment on shared storage (cluster_env.python) for multi-node runs"
+            )

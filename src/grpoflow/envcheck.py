@@ -43,7 +43,10 @@ FLASH_ATTN = ("flash_attn", "flash-attn")
 
 
 def interpreter_line() -> str:
-    return f"job interpreter: {sys.executable} (Python {sys.version.split()[0]}, prefix {sys.prefix})"
+    import os
+
+    first = (os.environ.get("PATH") or "").split(os.pathsep)[0]
+    return f"job interpreter: {sys.executable} (Python {sys.version.split()[0]}, prefix {sys.prefix}); PATH starts with {first}"
 
 
 def log_interpreter() -> None:

@@ -62,9 +62,10 @@ class PlaneNeeds:
 
     def reasons(self, module: str) -> str:
         """'train_grpo (e): why; evaluate (m, b) +3 more: why'"""
+        # Sorted: Snakemake's job order is not stable between runs, the message should be.
+        groups = sorted((sorted(jobs), why) for why, jobs in self.modules[module][1].items())
         return "; ".join(
-            f"{jobs[0]}{f' +{len(jobs) - 1} more' if len(jobs) > 1 else ''}: {why}"
-            for why, jobs in self.modules[module][1].items()
+            f"{jobs[0]}{f' +{len(jobs) - 1} more' if len(jobs) > 1 else ''}: {why}" for jobs, why in groups
         )
 
 
@@ -149,18 +150,20 @@ def check_environments(
         setting = env_key(raw_config, plane, env, tunix_venv)
         modules = sorted(pn.modules)
         cmd = f"{env.run()} -c {shlex.quote(PROBE)} {' '.join(map(shlex.quote, modules))}"
+        # What the user set, without the exports every job runs first (grpoflow.deployment.exports).
+        shown = env.run().split(" && ", 1)[1] if env.run().startswith("export ") else env.run()
         try:
             proc = run(["bash", "-c", cmd], capture_output=True, text=True, timeout=ENV_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             failures.append(
-                f"{setting}: `{env.run()}` did not answer within {ENV_TIMEOUT_S} s on this host: check the interpreter (docs/cluster.md#deployment)"
+                f"{setting}: `{shown}` did not answer within {ENV_TIMEOUT_S} s on this host: check the interpreter (docs/cluster.md#deployment)"
             )
             continue
         report = _last_json(proc.stdout)
         if proc.returncode != 0 or report is None:
             why = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
             failures.append(
-                f"{setting}: `{env.run()}` does not run on this host (exit {proc.returncode}: {why}): set it to the {plane} environment's interpreter, at a path the login and compute nodes share (docs/cluster.md#deployment)"
+                f"{setting}: `{shown}` does not run on this host (exit {proc.returncode}: {why}): set it to the {plane} environment's interpreter, at a path the login and compute nodes share (docs/cluster.md#deployment)"
             )
             continue
         missing = report["missing"]
@@ -228,47 +231,61 @@ def _existing_ancestor(path: str) -> str:
     return path
 
 
+@dataclass
+class DiskNeed:
+    """What one experiment's checkpoints will take on their filesystem."""
+
+    experiment: str
+    checkpoint_dir: str
+    need: int  # bytes still to be written: count x one, less what the dir holds
+    one: int  # bytes per checkpoint
+    count: int  # checkpoints on disk at once
+    how: str  # how `one` was computed
+    where: str  # the dir's nearest existing ancestor (statvfs)
+
+
 def check_disk(cfg, experiments: list[str], statvfs=os.statvfs) -> tuple[list[str], list[str]]:
     """(failures, notes): the checkpoint dirs' filesystems against the checkpoints the runs will keep."""
     from grpoflow.config import saved_steps
 
-    by_fs: dict[int, list[tuple[str, str, int, str, int]]] = {}
+    by_fs: dict[int, list[DiskNeed]] = {}
     notes = []
     for name in experiments:
         exp = cfg.experiment(name)
         if exp["backend"] != "verl":
             continue
         size = checkpoint_bytes(exp)
-        ckpt = cfg.checkpoint_dir(name)
         if size is None:
             notes.append(
                 f"disk check skipped for experiments.{name}: architecture unknown (set experiments.{name}.architecture)"
             )
             continue
+        ckpt = cfg.checkpoint_dir(name)
         grpo = exp["grpo"]
         keep = grpo["max_checkpoints_to_keep"]
+        # A resumed attempt saves one more before it rotates; without rotation every save stays.
         count = keep + 1 if keep else len(saved_steps(grpo["total_steps"], grpo["save_freq"], None))
         have = existing_bytes(ckpt) if os.path.isdir(ckpt) else 0
-        need = max(0, count * size[0] - have)
         where = _existing_ancestor(ckpt)
-        by_fs.setdefault(os.stat(where).st_dev, []).append((name, ckpt, need, size[1], count, size[0], where))
+        need = DiskNeed(name, ckpt, max(0, count * size[0] - have), size[0], count, size[1], where)
+        by_fs.setdefault(os.stat(where).st_dev, []).append(need)
     failures = []
     for entries in by_fs.values():
-        st = statvfs(entries[0][6])
+        st = statvfs(entries[0].where)
         free = st.f_bavail * st.f_frsize
-        total_need = sum(e[2] for e in entries)
+        total_need = sum(e.need for e in entries)
         if total_need <= free:
-            notes.append(
-                f"disk: {_gb(free)} free where {', '.join(e[1] for e in entries)} live(s), {_gb(total_need)} needed"
-            )
+            dirs = ", ".join(e.checkpoint_dir for e in entries)
+            notes.append(f"disk: {_gb(free)} free where {dirs} live(s), {_gb(total_need)} needed")
             continue
-        for name, ckpt, need, how, count, one, _ in entries:
-            others = total_need - need
-            share = f" (with the other experiments on this filesystem: {_gb(total_need)})" if others else ""
-            keep = cfg.experiment(name)["grpo"]["max_checkpoints_to_keep"]
-            counted = f"grpo.max_checkpoints_to_keep + 1 = {count}" if keep else f"all {count} saves"
+        for e in entries:
+            share = (
+                f" (with the other experiments on this filesystem: {_gb(total_need)})" if total_need > e.need else ""
+            )
+            keep = cfg.experiment(e.experiment)["grpo"]["max_checkpoints_to_keep"]
+            counted = f"grpo.max_checkpoints_to_keep + 1 = {e.count}" if keep else f"all {e.count} saves"
             failures.append(
-                f"experiments.{name}.checkpoint_dir {ckpt}: {_gb(free)} free on its filesystem, but {counted} checkpoints of ~{_gb(one)} ({how}) need {_gb(need)} more{share}: point checkpoint_dir at a larger filesystem, free space, or lower experiments.{name}.grpo.max_checkpoints_to_keep"
+                f"experiments.{e.experiment}.checkpoint_dir {e.checkpoint_dir}: {_gb(free)} free on its filesystem, but {counted} checkpoints of ~{_gb(e.one)} ({e.how}) need {_gb(e.need)} more{share}: point checkpoint_dir at a larger filesystem, free space, or lower experiments.{e.experiment}.grpo.max_checkpoints_to_keep"
             )
     return failures, notes
 

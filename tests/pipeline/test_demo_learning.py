@@ -28,7 +28,8 @@ from grpoflow_testing import LOCAL_PROFILE, REPO, make_workdir, snakemake, unava
 
 from grpoflow.evaluation.compare import paired, read_outcomes, reward_rise
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+# One worker runs the whole module: its fixture is the demo through the DAG (the suite's costliest), built once.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400), pytest.mark.xdist_group("demo-learning")]
 
 CONFIGS = ["--configfile", *(str(REPO / p) for p in ("config/config.yaml", "tests/pipeline/learning.yaml"))]
 WITH_TUNIX = [*CONFIGS, str(REPO / "config/demo-tunix.yaml")]

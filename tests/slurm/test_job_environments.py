@@ -29,7 +29,7 @@ import pytest
 import yaml
 from grpoflow_testing import REPO, make_workdir, snakemake_slurm, submitted_jobs, unavailable
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("cluster-env")]  # one cluster venv
 
 EXP = "env-verl"
 

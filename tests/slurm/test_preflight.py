@@ -85,7 +85,7 @@ def test_a_cluster_env_without_vllm_is_refused_at_onstart(tmp_path):
     assert len(env) == 1, lines
     assert env[0].startswith(f"grpoflow: cluster_env.python: {py} lacks flash-attn (for train_grpo ({EXP}): ")
     assert (
-        f"vllm (verl[vllm]) (for evaluate ({EXP}-sft, gsm8k_sample) +1 more: evaluation.backend: vllm; train_grpo ({EXP}): actor_rollout_ref.rollout.name=vllm)"
+        f"vllm (verl[vllm]) (for evaluate ({EXP}, gsm8k_sample) +1 more: evaluation.backend: vllm; train_grpo ({EXP}): actor_rollout_ref.rollout.name=vllm)"
         in env[0]
     )
     assert "TransferQueue (verl[vllm])" in env[0] and "verl==0.9.1" not in env[0]

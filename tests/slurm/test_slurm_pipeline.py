@@ -208,3 +208,13 @@ def test_token_from_the_environment_is_never_logged_or_written(slurm_run):
         str(p.relative_to(wd)) for p in wd.rglob("*") if p.is_file() and not p.is_symlink() and token in p.read_bytes()
     ]
     assert not leaked and token.decode() not in slurm_run["out"], f"HF_TOKEN written to {leaked}"
+
+
+def test_a_dry_run_after_the_finished_run_has_nothing_to_do(slurm_run):
+    """`snakemake -n` with the same profile and configs after the SLURM run: no job reruns (no param, e.g. a job's
+    threads, may differ between the dry-run and the jobs)."""
+    from grpoflow_testing import snakemake_slurm
+
+    proc = snakemake_slurm(["-n", "--configfile", *CONFIG_FILES], slurm_run["wd"], timeout=300)
+    out = proc.stdout + proc.stderr
+    assert "Nothing to be done" in out, out[-4000:]

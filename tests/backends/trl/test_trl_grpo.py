@@ -21,6 +21,10 @@ from grpoflow.backends.trl.runner import prepare_checkpoint_dir
 from grpoflow.checkpoint_record import read_record
 from grpoflow.errors import ConfigError
 
+# The module shares one short TRL run (short_run): one worker builds it and runs every test that reads it.
+pytestmark = pytest.mark.xdist_group("trl-short-run")
+
+
 EXP = "tiny-arith-seed1"
 # A few seconds per run: 2 prompts × 4 completions of at most 12 tokens per step.
 SHORT = {"grpo": {"prompts_per_step": 2, "num_generations": 4, "max_response_length": 12, "learning_rate": 1e-3}}

@@ -78,11 +78,11 @@ def test_other_backends_sections_do_not_reach_a_tunix_experiment(default_config)
 def test_tunix_jobs_run_in_the_tunix_environment(tmp_path):
     venv = tmp_path / ".venv-tunix" / "bin" / "python"
     envs = deployment.job_envs({}, set(), "/l/bin/python", tunix_venv_python=str(venv))
-    assert envs[deployment.TUNIX].run() == str(venv)
-    assert deployment.job_envs({}, set(), "/l/bin/python")[deployment.TUNIX].run() == "/l/bin/python"
+    assert envs[deployment.TUNIX].python == str(venv)
+    assert deployment.job_envs({}, set(), "/l/bin/python")[deployment.TUNIX].python == "/l/bin/python"
     named = deployment.job_envs({"tunix_env": {"python": "/t/bin/python"}}, set(), "/l/bin/python", str(venv))
-    assert named[deployment.TUNIX].run() == "/t/bin/python" and named[deployment.CLUSTER].run() == "/l/bin/python"
-    assert deployment.job_envs({}, {"conda"}, "/l/bin/python", str(venv))[deployment.TUNIX].run() == "python"
+    assert named[deployment.TUNIX].python == "/t/bin/python" and named[deployment.CLUSTER].python == "/l/bin/python"
+    assert deployment.job_envs({}, {"conda"}, "/l/bin/python", str(venv))[deployment.TUNIX].python == "python"
     assert deployment.experiment_plane({"backend": "tunix"}) == deployment.TUNIX
 
 

@@ -18,7 +18,7 @@ import yaml
 from grpoflow_testing import LOCAL_PROFILE, SHORT_CONFIG, copy_workdir, snakemake
 from tunixkit import TUNIX_PYTHON, require_tunix, run_tunix
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tunix-eval")]  # one worker builds its fixture
 
 MODEL = "tiny-arith-sft"  # the demo's SFT model: it answers, and stops, unlike a random one
 BENCHMARKS = ("arith", "gsm8k_sample")

@@ -244,3 +244,32 @@ def test_snakemake_submits_train_grpo_through_the_plugin(local_slurm, tmp_path, 
     assert "Ray stopped" in log
     job = re.search(r"job (\d+): 2 node", log).group(1)
     assert not leftover_ray(job)
+
+
+def test_head_interface_override(local_slurm, tmp_path):
+    """GRPOFLOW_RAY_HEAD_IFACE (verl.env, per experiment): the head's address is that interface's IPv4 address, read
+    on the head node (here `lo`: both stand-in nodes share this host); an interface the head lacks fails at once."""
+    for sub in ("bad", "lo"):
+        (tmp_path / sub).mkdir()
+    job = launch(
+        tmp_path / "bad",
+        f"python {PROBE} --out {tmp_path / 'probe.json'}",
+        36570,
+        extra_env="export GRPOFLOW_RAY_HEAD_IFACE=nosuchif0",
+    )
+    state = wait_job(job, timeout=120)
+    log = output(tmp_path / "bad")
+    assert state["JobState"] == "FAILED", log[-3000:]
+    assert "grpoflow: error: no IPv4 address on interface nosuchif0 of the head node" in log
+    assert "starting the Ray head" not in log
+    job = launch(
+        tmp_path / "lo",
+        f"python {PROBE} --out {tmp_path / 'probe.json'}",
+        36580,
+        extra_env="export GRPOFLOW_RAY_HEAD_IFACE=lo",
+    )
+    state = wait_job(job)
+    log = output(tmp_path / "lo")
+    assert state["JobState"] == "COMPLETED", log[-4000:]
+    assert f"starting the Ray head on {local_slurm['nodes'][0]} (127.0.0.1:36580, interface lo)" in log
+    assert json.loads((tmp_path / "probe.json").read_text())["ray_address"] == "127.0.0.1:36580"

@@ -16,6 +16,9 @@
 #   GRPOFLOW_PYTHON              python with ray and verl (default: python on PATH)
 #   GRPOFLOW_RAY_PORT            head GCS port (default 6379)
 #   GRPOFLOW_RAY_HEAD_IP         head address (default: first non-loopback IPv4 of the head node)
+#   GRPOFLOW_RAY_HEAD_IFACE      or: the head node's interface whose IPv4 address to use (e.g. ib0 for InfiniBand; the
+#                                first non-loopback address may be a management network the other nodes cannot reach).
+#                                Per experiment (so per job, whichever node is the head): verl.env in the config
 #   GRPOFLOW_RAY_CPUS_PER_NODE   CPUs Ray may use per node (default: the job's CPUs / nodes, from squeue)
 #   GRPOFLOW_RAY_WAIT_S          how long to wait for all nodes and GPUs (default 600)
 #   GRPOFLOW_RAY_TMPDIR          node-local dir for Ray's session files (default /tmp)
@@ -143,6 +146,9 @@ for s in TERM INT USR1 USR2; do trap "on_signal $s" "$s"; done
 # ---- start Ray ------------------------------------------------------------------------------------------------
 if [[ -n "${GRPOFLOW_RAY_HEAD_IP:-}" ]]; then
   HEAD_IP="$GRPOFLOW_RAY_HEAD_IP"
+elif [[ -n "${GRPOFLOW_RAY_HEAD_IFACE:-}" ]]; then
+  HEAD_IP="$(on_node "$HEAD" ip -o -4 addr show dev "$GRPOFLOW_RAY_HEAD_IFACE" 2>/dev/null | awk '{split($4, a, "/"); print a[1]; exit}' || true)"
+  [[ -n "$HEAD_IP" ]] || die "no IPv4 address on interface $GRPOFLOW_RAY_HEAD_IFACE of the head node $HEAD (ip -o -4 addr): set verl.env.GRPOFLOW_RAY_HEAD_IFACE to one of its interfaces"
 else
   ips="$(on_node "$HEAD" hostname -I 2>/dev/null || true)"
   HEAD_IP=""
@@ -176,7 +182,7 @@ wait_cluster() {  # wait_cluster NODES GPUS: in the background, so a stop signal
   return "$rc"
 }
 
-log "starting the Ray head on $HEAD ($ADDRESS)"
+log "starting the Ray head on $HEAD ($ADDRESS${GRPOFLOW_RAY_HEAD_IFACE:+, interface $GRPOFLOW_RAY_HEAD_IFACE})"
 start_ray 0 "$HEAD" --head --node-ip-address="$HEAD_IP" --port="$PORT" "${HEAD_EXTRA[@]}"
 wait_cluster 1 "$GPUS" || die "the Ray head on $HEAD did not come up (its output is above)"
 for ((i = 1; i < N; i++)); do
