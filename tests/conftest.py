@@ -53,6 +53,23 @@ def shared_once(tmp_path_factory, worker_id: str, name: str, build):
         return value
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    # pytest-xdist 3.8's --dist loadgroup sends a test to its xdist_group's worker by suffixing the group to
+    # Item._nodeid, which pytest 9.2 no longer reads (nodeid is str(Item._id)): without this, every group's tests
+    # were spread over both workers and each built the group's costly fixture (the demo learning run twice).
+    if not config.getvalue("loadgroup"):
+        return
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        groups = sorted(
+            {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+        )
+        if groups and "@" not in item.nodeid:
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")
+
+
 def pytest_sessionstart(session):
     # The controller (the only process without xdist, the coordinator with it) remembers whether a local SLURM was
     # already running, e.g. a developer's; the one the tests start is stopped when every worker has finished.

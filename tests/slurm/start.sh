@@ -103,7 +103,7 @@ SlurmdLogFile=/var/log/slurm/slurmd-%n.log
 SlurmctldTimeout=30
 SlurmdTimeout=60
 InactiveLimit=0
-KillWait=5
+KillWait=30
 ${node_lines}PartitionName=$PARTITION Nodes=$NODELIST Default=YES MaxTime=INFINITE State=UP"
 gres="AutoDetect=off
 NodeName=$NODELIST Name=gpu Type=$GPU_TYPE File=$DEVDIR/gpu[0-$((GPUS - 1))]"
