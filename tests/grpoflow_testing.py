@@ -84,6 +84,46 @@ def vary_setting(key: str, value):
     return {"constant": "cosine"}.get(value, "k_proj" if value == "all-linear" else value + "x")
 
 
+def verl_vllm_overlay(path: Path, experiment: str, start_model: str, **exp_extra) -> Path:
+    """Write a config overlay with one tiny verl experiment (1 GPU, vLLM rollout) on the shipped GSM8K sample,
+    evaluated with vLLM on 1 GPU, to ``path``. ``exp_extra``: sections merged into the experiment's
+    (``verl={"env": {...}}``) or keys replacing it."""
+    shipped = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    exp = {
+        "backend": "verl",
+        "data": {"dataset": "gsm8k_sample", "train_split": "train", "val_split": None},
+        "sft": {"model": start_model},
+        "grpo": {
+            "total_steps": 2,
+            "save_freq": 2,
+            "prompts_per_step": 2,
+            "num_generations": 2,
+            "max_prompt_length": 64,
+            "max_response_length": 32,
+        },
+        "verl": {
+            "ppo_mini_batch_size": 2,
+            "ppo_micro_batch_size_per_gpu": 1,
+            "log_prob_micro_batch_size_per_gpu": 1,
+            "rollout": {"name": "vllm", "tensor_model_parallel_size": 1},
+        },
+        "resources": {"nodes": 1, "gpus_per_node": 1, "cpus_per_task": 2, "mem_mb": 4000, "runtime": 10},
+    }
+    for key, value in exp_extra.items():
+        exp[key] = {**exp.get(key, {}), **value} if isinstance(value, dict) else value
+    cfg = {
+        "datasets": {"gsm8k_sample": shipped["datasets"]["gsm8k_sample"]},
+        "experiments": {experiment: exp},
+        "evaluation": {
+            "backend": "vllm",
+            "resources": {"gpus": 1},
+            "benchmarks": {"gsm8k_sample": {"dataset": "gsm8k_sample", "split": "test", "limit": 2}},
+        },
+    }
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
 def load_yaml(path) -> dict:
     with open(path, encoding="utf-8") as fh:
         return yaml.safe_load(fh)

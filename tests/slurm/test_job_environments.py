@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from grpoflow_testing import REPO, make_workdir, snakemake_slurm, submitted_jobs, unavailable
+from grpoflow_testing import REPO, make_workdir, snakemake_slurm, submitted_jobs, unavailable, verl_vllm_overlay
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("cluster-env")]  # one cluster venv
 
@@ -92,40 +92,7 @@ def tiny(tiny_base, verl_full_checkpoints) -> dict:
 
 def overlay(tmp_path: Path, base: str) -> Path:
     """One verl experiment on the shipped GSM8K sample, evaluated with vLLM; sbatch asks for 1 GPU each."""
-    shipped = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    cfg = {
-        "datasets": {"gsm8k_sample": shipped["datasets"]["gsm8k_sample"]},
-        "experiments": {
-            EXP: {
-                "backend": "verl",
-                "data": {"dataset": "gsm8k_sample", "train_split": "train", "val_split": None},
-                "sft": {"model": base},
-                "grpo": {
-                    "total_steps": 2,
-                    "save_freq": 2,
-                    "prompts_per_step": 2,
-                    "num_generations": 2,
-                    "max_prompt_length": 64,
-                    "max_response_length": 32,
-                },
-                "verl": {
-                    "ppo_mini_batch_size": 2,
-                    "ppo_micro_batch_size_per_gpu": 1,
-                    "log_prob_micro_batch_size_per_gpu": 1,
-                    "rollout": {"name": "vllm", "tensor_model_parallel_size": 1},
-                },
-                "resources": {"nodes": 1, "gpus_per_node": 1, "cpus_per_task": 2, "mem_mb": 4000, "runtime": 10},
-            }
-        },
-        "evaluation": {
-            "backend": "vllm",
-            "resources": {"gpus": 1},
-            "benchmarks": {"gsm8k_sample": {"dataset": "gsm8k_sample", "split": "test", "limit": 2}},
-        },
-    }
-    path = tmp_path / "env-verl.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return verl_vllm_overlay(tmp_path / "env-verl.yaml", EXP, base)
 
 
 def configfiles(tmp_path: Path, base: str) -> list[str]:

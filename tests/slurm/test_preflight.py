@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from grpoflow_testing import REPO, SHORT_CONFIG, make_workdir, slurm_job, snakemake_slurm, submitted_jobs, unavailable
+from grpoflow_testing import (
+    SHORT_CONFIG,
+    make_workdir,
+    slurm_job,
+    snakemake_slurm,
+    submitted_jobs,
+    unavailable,
+    verl_vllm_overlay,
+)
 
 from grpoflow.slurm_nodes import Request, check, query_nodes
 
@@ -25,41 +33,7 @@ EXP = "env-verl"
 def verl_overlay(tmp_path: Path, **exp_extra) -> Path:
     """One verl experiment (1 GPU) on the shipped GSM8K sample, evaluated with vLLM. Nothing runs: every test
     here is refused at onstart, so the start model need not exist."""
-    shipped = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    exp = {
-        "backend": "verl",
-        "data": {"dataset": "gsm8k_sample", "train_split": "train", "val_split": None},
-        "sft": {"model": str(tmp_path / "no-such-start-model")},
-        "grpo": {
-            "total_steps": 2,
-            "save_freq": 2,
-            "prompts_per_step": 2,
-            "num_generations": 2,
-            "max_prompt_length": 64,
-            "max_response_length": 32,
-        },
-        "verl": {
-            "ppo_mini_batch_size": 2,
-            "ppo_micro_batch_size_per_gpu": 1,
-            "log_prob_micro_batch_size_per_gpu": 1,
-            "rollout": {"name": "vllm", "tensor_model_parallel_size": 1},
-        },
-        "resources": {"nodes": 1, "gpus_per_node": 1, "cpus_per_task": 2, "mem_mb": 4000, "runtime": 10},
-    }
-    for key, value in exp_extra.items():
-        exp[key] = {**exp.get(key, {}), **value} if isinstance(value, dict) else value
-    cfg = {
-        "datasets": {"gsm8k_sample": shipped["datasets"]["gsm8k_sample"]},
-        "experiments": {EXP: exp},
-        "evaluation": {
-            "backend": "vllm",
-            "resources": {"gpus": 1},
-            "benchmarks": {"gsm8k_sample": {"dataset": "gsm8k_sample", "split": "test", "limit": 2}},
-        },
-    }
-    path = tmp_path / "verl.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return verl_vllm_overlay(tmp_path / "verl.yaml", EXP, str(tmp_path / "no-such-start-model"), **exp_extra)
 
 
 def refused(tmp_path: Path, args: list[str]) -> tuple[list[str], float]:
