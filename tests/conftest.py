@@ -10,9 +10,18 @@ fixture that is not files (a background Snakemake run) are kept on one worker wi
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
-import pytest
+# The two xdist workers each start torch jobs with the threads their rule asks for (2), so on 2 cores four OpenMP
+# threads compete, and OpenMP's default wait policy spins at every barrier for a thread that is not running: the
+# demo SFT's steps took 8x as long as alone (1,373 s instead of ~150 s; the tiny model's forward/backward 2.6 s
+# instead of 0.3 s per step beside another job, benchmarks/omp_contention.py). PASSIVE makes a waiting thread
+# sleep: the same thread counts (so the same float results: SLURM and local runs are still compared byte for
+# byte), without the spinning. Every job inherits it (subprocesses, Snakemake jobs, sbatch --export=ALL).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
 from grpoflow_testing import REPO, load_yaml, make_workdir
 from hypothesis import settings
 
@@ -58,7 +67,8 @@ def pytest_collection_modifyitems(config, items):
     # pytest-xdist 3.8's --dist loadgroup sends a test to its xdist_group's worker by suffixing the group to
     # Item._nodeid, which pytest 9.2 no longer reads (nodeid is str(Item._id)): without this, every group's tests
     # were spread over both workers and each built the group's costly fixture (the demo learning run twice).
-    if not config.getvalue("loadgroup"):
+    # Only xdist's workers have the option (xdist.remote.setup_config sets it); a plain pytest run has none.
+    if not getattr(config.option, "loadgroup", False):
         return
     from _pytest.nodeid import NodeId
 
