@@ -107,7 +107,7 @@ BAD = [
     (("report", "primary_benchmark"), "math500", ["report.primary_benchmark = 'math500'"]),
     (("defaults", "upload"), {"enabled": True}, ["upload.repo_id is not set"]),
     (("defaults", "rewards", "funcs"), ["acc"], ["unknown reward 'acc'"]),
-    (("defaults", "merge_step"), 30, ["merge_step = 30: that checkpoint will not exist", "kept steps: 50, 100"]),
+    (("defaults", "merge_step"), 30, ["merge_step = 30: that checkpoint will not exist", "kept steps: 150, 200"]),
     (
         ("defaults", "trl", "completions_per_device_batch"),
         7,

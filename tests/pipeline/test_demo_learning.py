@@ -9,7 +9,7 @@ One run of the demo (config/config.yaml and tests/pipeline/learning.yaml; config
   same start;
 - each of the three runs learned: its training reward rose (mean of the last 25 steps against the first 25), and
   over the three runs by more than 2 standard errors;
-- on the 200 held-out problems, the three runs gain on average over their start and none falls below it by more
+- on the held-out problems (1,000), the three runs gain on average over their start and none falls below it by more
   than 2 paired standard errors;
 - the report shows each model's Δ vs SFT with its interval, ↑/↓ and p-value, the seed group and the MDE line.
 
@@ -24,7 +24,7 @@ import json
 import math
 
 import pytest
-from grpoflow_testing import LOCAL_PROFILE, REPO, make_workdir, snakemake, unavailable
+from grpoflow_testing import LOCAL_PROFILE, REPO, load_yaml, make_workdir, snakemake, unavailable
 
 from grpoflow.evaluation.compare import paired, read_outcomes, reward_rise
 
@@ -36,6 +36,9 @@ WITH_TUNIX = [*CONFIGS, str(REPO / "config/demo-tunix.yaml")]
 SFT = "tiny-arith-sft"
 NATIVE = ["tiny-arith-seed1", "tiny-arith-tunix-seed1"]
 DEFAULT_KERNELS = "tiny-arith-seed2"
+DEMO = load_yaml(REPO / "config/config.yaml")
+TEST_PROBLEMS = DEMO["datasets"]["arith"]["synthetic"]["test_size"]
+GRPO_STEPS = DEMO["defaults"]["grpo"]["total_steps"]
 
 
 def _eval(model: str) -> str:
@@ -88,7 +91,7 @@ def test_grpo_gains_held_out_accuracy_over_its_start(demo_run):
     shown = {
         m: f"{c.reference_accuracy:.3f} -> {c.accuracy:.3f} (↑{c.gained} ↓{c.lost})" for m, c in comparisons.items()
     }
-    assert all(c.n == 200 for c in comparisons.values())
+    assert all(c.n == TEST_PROBLEMS for c in comparisons.values())
     assert all(c.delta > -2 * c.standard_error for c in comparisons.values()), shown
     assert sum(c.delta for c in comparisons.values()) > 0, shown
 
@@ -104,7 +107,9 @@ def test_each_run_records_the_kernels_it_trained_with(demo_run):
     assert "ATEN_CPU_CAPABILITY" not in torch_of("tiny-arith-seed1")["kernel_env"]
     assert torch_of("tiny-arith-tunix-seed1")["jax"]["backend"] == "cpu"
     for model in NATIVE + [DEFAULT_KERNELS]:
-        assert json.loads((demo_run / f"results/{model}/training_complete.json").read_text())["final_step"] == 100
+        assert (
+            json.loads((demo_run / f"results/{model}/training_complete.json").read_text())["final_step"] == GRPO_STEPS
+        )
 
 
 def test_the_report_decides_with_paired_statistics_and_seed_groups(demo_run):

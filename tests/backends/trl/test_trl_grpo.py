@@ -135,7 +135,7 @@ def test_config_maps_onto_grpo_config_and_bad_extra_args_are_config_errors(defau
         4,
         128,
     )
-    assert (args.num_generations, args.max_steps, args.max_completion_length) == (8, 100, 32)
+    assert (args.num_generations, args.max_steps, args.max_completion_length) == (8, 200, 32)
     assert (args.beta, args.epsilon, args.epsilon_high, args.top_k, args.temperature) == (0.0, 0.2, 0.28, 0, 0.7)
     assert args.use_cpu and not args.bf16 and not args.gradient_checkpointing and args.loss_type == "dapo"
     assert (args.save_steps, args.save_total_limit, args.seed, args.output_dir) == (
