@@ -22,13 +22,13 @@ TUNIX_STAMP := $(TUNIX_VENV)/.grpoflow-installed
 
 setup: $(STAMP)
 
-$(STAMP): requirements/local.lock pyproject.toml
+$(STAMP): requirements/local.lock pyproject.toml requirements/install.py
 	@INSTALLER=$(INSTALLER) TORCH_INDEX=$(TORCH_INDEX) sh requirements/setup-venv $(VENV) "$(PYTHON)" $(firstword $(MAKECMDGOALS) setup)
 
 setup-tunix: $(TUNIX_STAMP)
 
 # uv comes from .venv (the local set-up installs it), so it is put first on PATH.
-$(TUNIX_STAMP): requirements/tunix.lock pyproject.toml $(STAMP)
+$(TUNIX_STAMP): requirements/tunix.lock pyproject.toml requirements/install.py $(STAMP)
 	@PATH="$(CURDIR)/$(BIN):$$PATH" INSTALLER=$(INSTALLER) sh requirements/setup-venv $(TUNIX_VENV) "$(PYTHON)" $(firstword $(MAKECMDGOALS) setup-tunix) requirements/tunix.lock
 
 demo: setup
