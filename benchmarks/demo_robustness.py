@@ -8,17 +8,19 @@ A run = one demo seed (``demo.tiny_model.seed`` and ``demo.sft.seed``: another s
 kernel variant (``native``: the best torch finds on this CPU; ``default``: ``ATEN_CPU_CAPABILITY=default``, torch's
 generic kernels, which round differently). It runs the demo's SFT (which stops when its validation accuracy enters
 ``demo.sft.target_accuracy.band``), both GRPO experiments of the config (seeds 1 and 2) and the greedy evaluation of
-the three models on the 200 held-out problems, and prints per run: the SFT step chosen, its validation and test
-accuracy, and for each GRPO seed its accuracy, the gain over its start, the paired counts (problems gained ↑ /
-lost ↓), the exact McNemar p-value, the gain in paired standard errors and the training reward (mean of the first
-and of the last 25 steps). Counted over all runs: the GRPO runs gaining at least ``--min-gain`` and more than 2
-paired standard errors. Checked per run, as CI's learning test checks its run: every GRPO seed's training reward
-rose, the held-out accuracy gained on average over the seeds and fell in none beyond 2 paired standard errors.
+the three models on the held-out problems (1,000 in config/config.yaml), and prints per run: the SFT step chosen,
+its validation and test accuracy, and for each GRPO seed its accuracy, the gain over its start, the paired counts
+(problems gained ↑ / lost ↓), the exact McNemar p-value, the gain in paired standard errors and the training reward
+(mean of the first and of the last 25 steps). Counted over all runs: the GRPO runs gaining at least ``--min-gain``
+and more than 2 paired standard errors. Checked per run, as CI's learning test checks its run: every GRPO seed's
+training reward rose, the held-out accuracy gained on average over the seeds and fell in none beyond 2 paired
+standard errors.
 Exit status 1 when a run breaks that (or fails).
 
-Runs go one after the other (each job uses the cores the config gives it, so the numbers are those of the demo);
-a run took 8–11 min on 2 shared cores (20:47–22:01 for 8 runs). The machine (CPU model, torch's kernel family, thread count) is printed, and
-recorded in each run's outputs (provenance).
+Runs go one after the other (each job uses the cores the config gives it, so the numbers are those of the demo); a
+run took 6.6–11.9 min natively and ~21 min with generic kernels on 2 cores (Intel Xeon, 2026-11-26; some runs shared
+the cores with other work). The machine (CPU model, torch's kernel family, thread count) is printed, and recorded in
+each run's outputs (provenance).
 """
 
 from __future__ import annotations

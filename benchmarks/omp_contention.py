@@ -1,0 +1,73 @@
+"""What two torch jobs on the same cores cost each other, by OpenMP wait policy (why tests/conftest.py sets
+``OMP_WAIT_POLICY=PASSIVE`` for the suite, whose two xdist workers each run 2-thread torch jobs on 2 cores).
+
+    .venv/bin/python benchmarks/omp_contention.py            # --steps 30 --threads 2
+
+The job: the demo's tiny Qwen3 (config/config.yaml ``demo.tiny_model``) training steps, batch 64 × 60 tokens, as the
+demo SFT runs them. Timed alone, then as two copies at once (each with ``--threads``), under OpenMP's default wait
+policy and under PASSIVE; printed as ms per step and as the ratio to the job alone under the default policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+JOB = r"""
+import sys, time, torch, yaml
+from transformers import Qwen3Config, Qwen3ForCausalLM
+spec = yaml.safe_load(open(sys.argv[1]))["demo"]["tiny_model"]
+torch.manual_seed(0)
+cfg = Qwen3Config(vocab_size=288, hidden_size=spec["hidden_size"], intermediate_size=spec["intermediate_size"],
+                  num_hidden_layers=spec["num_hidden_layers"], num_attention_heads=spec["num_attention_heads"],
+                  num_key_value_heads=spec["num_key_value_heads"], head_dim=spec["hidden_size"] // spec["num_attention_heads"])
+model = Qwen3ForCausalLM(cfg)
+opt = torch.optim.AdamW(model.parameters(), 1e-3)
+x = torch.randint(0, 288, (64, 60))
+def step():
+    model(input_ids=x, labels=x).loss.backward(); opt.step(); opt.zero_grad()
+for _ in range(3):
+    step()
+started = time.perf_counter()
+for _ in range(int(sys.argv[2])):
+    step()
+print((time.perf_counter() - started) / int(sys.argv[2]) * 1000)
+"""
+
+
+def timed(copies: int, steps: int, threads: int, policy: str | None) -> list[float]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env["OMP_NUM_THREADS"] = str(threads)
+    if policy:
+        env["OMP_WAIT_POLICY"] = policy
+    cmd = [sys.executable, "-c", JOB, str(REPO / "config" / "config.yaml"), str(steps)]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True) for _ in range(copies)]
+    return [float(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+    print(f"{os.cpu_count()} CPUs; {args.threads} torch threads per job, {args.steps} steps")
+    baseline = None
+    print("| wait policy | jobs at once | ms per step (each job) | vs one job, default policy |")
+    print("|---|---|---|---|")
+    for policy in (None, "PASSIVE"):
+        for copies in (1, 2):
+            ms = timed(copies, args.steps, args.threads, policy)
+            baseline = baseline or ms[0]
+            shown = ", ".join(f"{m:.0f}" for m in ms)
+            ratio = ", ".join(f"{m / baseline:.2f}x" for m in ms)
+            print(f"| {policy or 'default (spin)'} | {copies} | {shown} | {ratio} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
