@@ -17,7 +17,7 @@ The held-out gain itself is a measured range, not asserted here (benchmarks/demo
 2 kernel variants): from most start points every GRPO run gained +13.6 to +23.3 points (10 to 14 paired standard
 errors), but one start point (generic kernels, seed 0: an SFT that entered the band only at step 1,720, with its
 learning rate nearly decayed) gave -2.4 and -4.9, whichever kernels GRPO ran with. On a machine whose SFT climbs
-like that, this test's "no loss beyond 2 s.e." fails: that is the demo's open problem, not noise.
+like that, this test's "no loss beyond 2 s.e." would fail: that is the demo's open problem, not noise.
 """
 
 from __future__ import annotations
