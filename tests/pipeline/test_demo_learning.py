@@ -14,7 +14,7 @@ One run of the demo (config/config.yaml and tests/pipeline/learning.yaml; config
 - the report shows each model's Δ vs SFT with its interval, ↑/↓ and p-value, the seed group and the MDE line.
 
 The held-out gain itself is a measured range, not asserted here (benchmarks/demo_robustness.py, 4 demo seeds ×
-2 kernel variants): from most start points every GRPO run gained +13.6 to +23.3 points (10 to 14 paired standard
+2 kernel variants): from 7 of 8 start points every GRPO run gained +13.6 to +33.6 points (10 to 19 paired standard
 errors), but one start point (generic kernels, seed 0: an SFT that entered the band only at step 1,720, with its
 learning rate nearly decayed) gave -2.4 and -4.9, whichever kernels GRPO ran with. On a machine whose SFT climbs
 like that, this test's "no loss beyond 2 s.e." would fail: that is the demo's open problem, not noise.
