@@ -11,24 +11,25 @@ policy and under PASSIVE; printed as ms per step and as the ratio to the job alo
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "src"))
 
 JOB = r"""
-import sys, time, torch, yaml
-from transformers import Qwen3Config, Qwen3ForCausalLM
-spec = yaml.safe_load(open(sys.argv[1]))["demo"]["tiny_model"]
-torch.manual_seed(0)
-cfg = Qwen3Config(vocab_size=288, hidden_size=spec["hidden_size"], intermediate_size=spec["intermediate_size"],
-                  num_hidden_layers=spec["num_hidden_layers"], num_attention_heads=spec["num_attention_heads"],
-                  num_key_value_heads=spec["num_key_value_heads"], head_dim=spec["hidden_size"] // spec["num_attention_heads"])
-model = Qwen3ForCausalLM(cfg)
+import json, sys, time, torch
+from transformers import Qwen3ForCausalLM
+from grpoflow.demo.tiny import model_config
+spec = json.loads(sys.argv[1])
+torch.manual_seed(spec["seed"])
+# The tokenizer's size is the vocab_size target here (the built one has a few ids fewer); ids as the demo's.
+model = Qwen3ForCausalLM(model_config(spec, spec["vocab_size"], eos_id=2, pad_id=0))
 opt = torch.optim.AdamW(model.parameters(), 1e-3)
-x = torch.randint(0, 288, (64, 60))
+x = torch.randint(0, spec["vocab_size"], (64, 60))
 def step():
     model(input_ids=x, labels=x).loss.backward(); opt.step(); opt.zero_grad()
 for _ in range(3):
@@ -40,12 +41,21 @@ print((time.perf_counter() - started) / int(sys.argv[2]) * 1000)
 """
 
 
-def timed(copies: int, steps: int, threads: int, policy: str | None) -> list[float]:
+def tiny_model_spec() -> dict:
+    """``demo.tiny_model`` of config/config.yaml with the schema's defaults, as the build_tiny_model rule gets it."""
+    import yaml
+
+    from grpoflow.config import resolve_config
+
+    return resolve_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text())).demo["tiny_model"]
+
+
+def timed(spec: dict, copies: int, steps: int, threads: int, policy: str | None) -> list[float]:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     env["OMP_NUM_THREADS"] = str(threads)
     if policy:
         env["OMP_WAIT_POLICY"] = policy
-    cmd = [sys.executable, "-c", JOB, str(REPO / "config" / "config.yaml"), str(steps)]
+    cmd = [sys.executable, "-c", JOB, json.dumps(spec), str(steps)]
     procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True) for _ in range(copies)]
     return [float(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
 
@@ -55,13 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
+    spec = tiny_model_spec()
     print(f"{os.cpu_count()} CPUs; {args.threads} torch threads per job, {args.steps} steps")
     baseline = None
     print("| wait policy | jobs at once | ms per step (each job) | vs one job, default policy |")
     print("|---|---|---|---|")
     for policy in (None, "PASSIVE"):
         for copies in (1, 2):
-            ms = timed(copies, args.steps, args.threads, policy)
+            ms = timed(spec, copies, args.steps, args.threads, policy)
             baseline = baseline or ms[0]
             shown = ", ".join(f"{m:.0f}" for m in ms)
             ratio = ", ".join(f"{m / baseline:.2f}x" for m in ms)

@@ -86,10 +86,31 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     return tok
 
 
+def model_config(spec: dict, vocab_size: int, eos_id: int, pad_id: int):
+    """The tiny model's ``Qwen3Config`` for ``spec`` (the config's ``demo.tiny_model``, schema defaults filled)."""
+    from transformers import Qwen3Config
+
+    hidden, heads = spec["hidden_size"], spec["num_attention_heads"]
+    return Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=spec["intermediate_size"],
+        num_hidden_layers=spec["num_hidden_layers"],
+        num_attention_heads=heads,
+        num_key_value_heads=spec["num_key_value_heads"],
+        head_dim=hidden // heads,
+        max_position_embeddings=spec["max_position_embeddings"],
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+    )
+
+
 def build_tiny_model(spec: dict, corpus_parquet: str, out_dir: str) -> dict:
     """Write the tiny model + tokenizer to ``out_dir`` (atomically); returns a summary (sizes, token ids)."""
     import torch
-    from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3ForCausalLM
 
     hidden, heads = spec["hidden_size"], spec["num_attention_heads"]
     if hidden % heads:
@@ -111,20 +132,7 @@ def build_tiny_model(spec: dict, corpus_parquet: str, out_dir: str) -> dict:
         clean_up_tokenization_spaces=False,
     )
     eos_id, pad_id = tokenizer.convert_tokens_to_ids(EOS), tokenizer.convert_tokens_to_ids(PAD)
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden,
-        intermediate_size=spec["intermediate_size"],
-        num_hidden_layers=spec["num_hidden_layers"],
-        num_attention_heads=heads,
-        num_key_value_heads=spec["num_key_value_heads"],
-        head_dim=hidden // heads,
-        max_position_embeddings=spec["max_position_embeddings"],
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=eos_id,
-        pad_token_id=pad_id,
-    )
+    config = model_config(spec, len(tokenizer), eos_id, pad_id)
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(spec["seed"])
     try:
