@@ -46,8 +46,9 @@ lint: setup
 
 # Two pytest-xdist workers: tests that wait (SLURM, Ray, subprocesses) overlap with tests that compute; tests that
 # share a background run stay on one worker (xdist_group; tests/conftest.py says how fixtures are shared).
+# --no-loadscope-reorder: xdist keeps the collection order, in which the longest fixture's tests come first.
 test: setup setup-tunix lint
-	$(BIN)/pytest -n 2 --dist loadgroup
+	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder
 
 dag: setup  # the DAG picture of the README (needs Graphviz's `dot`)
 	$(BIN)/snakemake --dag | dot -Tsvg > dag.svg

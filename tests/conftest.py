@@ -1,10 +1,11 @@
 """Fixtures shared by every test folder (helpers live in grpoflow_testing.py).
 
-The suite runs on two pytest-xdist workers (`make test`: ``-n 2 --dist loadgroup``) so that tests waiting on SLURM,
-Ray or a subprocess overlap with tests that compute. A session fixture is then set up once per worker; the costly
-ones that only produce files (a pipeline run, a tiny model, verl checkpoints, the local SLURM) go through
-``shared_once``: the first worker to ask builds it under a file lock, the other reads it back. Tests that share a
-fixture that is not files (a background Snakemake run) are kept on one worker with ``xdist_group``.
+The suite runs on two pytest-xdist workers (`make test`: ``-n 2 --dist loadgroup --no-loadscope-reorder``) so
+that tests waiting on SLURM, Ray or a subprocess overlap with tests that compute. A session fixture is then set up
+once per worker; the costly ones that only produce files (a pipeline run, a tiny model, verl checkpoints, the local
+SLURM) go through ``shared_once``: the first worker to ask builds it under a file lock, the other reads it back.
+Tests that share a fixture that is not files (a background Snakemake run) are kept on one worker with
+``xdist_group``; the longest (``schedule_first``) is handed out before anything else.
 """
 
 from __future__ import annotations
@@ -78,6 +79,10 @@ def pytest_collection_modifyitems(config, items):
         )
         if groups and "@" not in item.nodeid:
             item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")
+    # The suite's longest fixture goes to a worker first, so that the other worker's tests all overlap it: queued
+    # behind other groups (xdist's default order is by group size), the demo learning run started ~3 min late and
+    # ended the suite alone. `make test` passes --no-loadscope-reorder, so xdist keeps this order.
+    items.sort(key=lambda item: item.get_closest_marker("schedule_first") is None)
 
 
 def pytest_sessionstart(session):

@@ -31,7 +31,12 @@ from grpoflow_testing import LOCAL_PROFILE, REPO, load_yaml, make_workdir, snake
 from grpoflow.evaluation.compare import paired, read_outcomes, reward_rise
 
 # One worker runs the whole module: its fixture is the demo through the DAG (the suite's costliest), built once.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400), pytest.mark.xdist_group("demo-learning")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(2400),
+    pytest.mark.xdist_group("demo-learning"),
+    pytest.mark.schedule_first,
+]
 
 CONFIGS = ["--configfile", *(str(REPO / p) for p in ("config/config.yaml", "tests/pipeline/learning.yaml"))]
 WITH_TUNIX = [*CONFIGS, str(REPO / "config/demo-tunix.yaml")]
