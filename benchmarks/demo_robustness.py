@@ -12,14 +12,12 @@ the three models on the held-out problems (1,000 in config/config.yaml), and pri
 its validation and test accuracy, and for each GRPO seed its accuracy, the gain over its start, the paired counts
 (problems gained ↑ / lost ↓), the exact McNemar p-value, the gain in paired standard errors and the training reward
 (mean of the first and of the last 25 steps). Counted over all runs: the GRPO runs gaining at least ``--min-gain``
-and more than 2 paired standard errors. Checked per run, as CI's learning test checks its run: every GRPO seed's
-training reward rose, the held-out accuracy gained on average over the seeds and fell in none beyond 2 paired
-standard errors.
-Exit status 1 when a run breaks that (or fails).
+and more than 2 paired standard errors. Checked per run, as CI's learning test checks its run ("learns"): every GRPO
+seed's training reward rose and its held-out accuracy gained beyond 2 paired standard errors.
+Exit status 1 when a run fails, does not learn, or has a GRPO seed below ``--min-gain``.
 
 Runs go one after the other (each job uses the cores the config gives it, so the numbers are those of the demo); a
-run took 6.6–11.9 min natively and ~21 min with generic kernels on 2 cores (Intel Xeon, 2026-11-26; some runs shared
-the cores with other work). The machine (CPU model, torch's kernel family, thread count) is printed, and recorded in
+run took 5.6–6.6 min natively and 7.3–7.5 min with generic kernels on 2 idle cores (Intel Xeon, 2026-11-27). The machine (CPU model, torch's kernel family, thread count) is printed, and recorded in
 each run's outputs (provenance).
 """
 
@@ -88,10 +86,9 @@ def summarise(workdir: Path, min_gain: float) -> dict:
             "rise": reward_rise(rewards),
             "gains": cmp.delta >= min_gain and z > 2,
         }
-    # The CI test's claim (tests/pipeline/test_demo_learning.py): every run's training reward rose, the held-out
-    # accuracy gained on average and fell in no run beyond 2 paired standard errors.
-    runs = row["grpo"].values()
-    row["learns"] = all(c["rise"].delta > 0 and c["z"] > -2 for c in runs) and sum(c["paired"].delta for c in runs) > 0
+    # The CI test's claim (tests/pipeline/test_demo_learning.py): every run's training reward rose and its held-out
+    # accuracy gained beyond 2 paired standard errors.
+    row["learns"] = all(c["rise"].delta > 0 and c["z"] > 2 for c in row["grpo"].values())
     return row
 
 
@@ -119,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                 lines.append(f"| {kernels} | {seed} | run failed: {str(exc).splitlines()[0]} |")
                 print(lines[-1], flush=True)
                 continue
-            failed += not row["learns"]
+            failed += not row["learns"] or not all(c["gains"] for c in row["grpo"].values())
             gains += sum(c["gains"] for c in row["grpo"].values())
             grpo_runs += len(row["grpo"])
             torch = row["torch"]
@@ -146,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         f" {gains} of {grpo_runs}"
     )
     print(
-        "learning (training reward rose in every run; held-out gain on average, no loss beyond 2 s.e.): "
+        "every GRPO seed's training reward rose and held-out gain ≥ --min-gain beyond 2 s.e.: "
         + ("in every run" if not failed else f"broken in {failed} run(s)")
     )
     return 1 if failed else 0

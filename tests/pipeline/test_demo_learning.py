@@ -9,15 +9,14 @@ One run of the demo (config/config.yaml and tests/pipeline/learning.yaml; config
   same start;
 - each of the three runs learned: its training reward rose (mean of the last 25 steps against the first 25), and
   over the three runs by more than 2 standard errors;
-- on the held-out problems (1,000), the three runs gain on average over their start and none falls below it by more
-  than 2 paired standard errors;
+- on the held-out problems (1,000), each of the three runs gains over its start by more than 2 paired standard
+  errors;
 - the report shows each model's Δ vs SFT with its interval, ↑/↓ and p-value, the seed group and the MDE line.
 
 The held-out gain itself is a measured range, not asserted here (benchmarks/demo_robustness.py, 4 demo seeds ×
-2 kernel variants): from 7 of 8 start points every GRPO run gained +13.6 to +33.6 points (10 to 19 paired standard
-errors), but one start point (generic kernels, seed 0: an SFT that entered the band only at step 1,720, with its
-learning rate nearly decayed) gave -2.4 and -4.9, whichever kernels GRPO ran with. On a machine whose SFT climbs
-like that, this test's "no loss beyond 2 s.e." would fail: that is the demo's open problem, not noise.
+2 kernel variants, SFT at a constant learning rate): from all 8 start points (SFT steps 560-800) every GRPO run
+gained +16.9 to +35.5 points (10.7 to 21.3 paired standard errors), so "beyond 2 standard errors" leaves a wide
+margin. Under the former cosine SFT one start, reached with the rate nearly decayed, gave -2.4 and -4.9.
 """
 
 from __future__ import annotations
@@ -99,8 +98,7 @@ def test_grpo_gains_held_out_accuracy_over_its_start(demo_run):
         m: f"{c.reference_accuracy:.3f} -> {c.accuracy:.3f} (↑{c.gained} ↓{c.lost})" for m, c in comparisons.items()
     }
     assert all(c.n == TEST_PROBLEMS for c in comparisons.values())
-    assert all(c.delta > -2 * c.standard_error for c in comparisons.values()), shown
-    assert sum(c.delta for c in comparisons.values()) > 0, shown
+    assert all(c.delta > 2 * c.standard_error for c in comparisons.values()), shown
 
 
 def test_each_run_records_the_kernels_it_trained_with(demo_run):
