@@ -21,10 +21,6 @@ from pathlib import Path
 # sleep: the same thread counts (so the same float results: SLURM and local runs are still compared byte for
 # byte), without the spinning. Every job inherits it (subprocesses, Snakemake jobs, sbatch --export=ALL).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# JAX's CPU backend (the Tunix jobs) has its own thread pools, which PASSIVE does not reach: beside the other
-# worker's jobs, 20 steps of the demo's Tunix GRPO took 167 s with them and 93 s single-threaded, with bit-identical
-# losses and gradient norms (2 cores, 2026-11-27). In CI the other worker is busy nearly all the time.
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
 import pytest  # noqa: E402
 from grpoflow_testing import REPO, load_yaml, make_workdir
