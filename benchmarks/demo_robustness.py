@@ -17,8 +17,8 @@ seed's training reward rose and its held-out accuracy gained beyond 2 paired sta
 Exit status 1 when a run fails, does not learn, or has a GRPO seed below ``--min-gain``.
 
 Runs go one after the other (each job uses the cores the config gives it, so the numbers are those of the demo); a
-run took 5.6–6.6 min natively and 7.3–7.5 min with generic kernels on 2 idle cores (Intel Xeon, 2026-11-27). The machine (CPU model, torch's kernel family, thread count) is printed, and recorded in
-each run's outputs (provenance).
+run took 5.6–6.6 min natively and 7.3–8.1 min with generic kernels on 2 idle cores (Intel Xeon, 2026-11-27). The
+machine (CPU model, torch's kernel family, thread count) is printed, and recorded in each run's outputs (provenance).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ One run of the demo (config/config.yaml and tests/pipeline/learning.yaml; config
 - the report shows each model's Δ vs SFT with its interval, ↑/↓ and p-value, the seed group and the MDE line.
 
 The held-out gain itself is a measured range, not asserted here (benchmarks/demo_robustness.py, 4 demo seeds ×
-2 kernel variants, SFT at a constant learning rate): from all 8 start points (SFT steps 560-800) every GRPO run
+2 kernel variants, SFT at a constant learning rate): from all 8 start points (SFT steps 560-880) every GRPO run
 gained +16.9 to +35.5 points (10.7 to 21.3 paired standard errors), so "beyond 2 standard errors" leaves a wide
 margin. Under the former cosine SFT one start, reached with the rate nearly decayed, gave -2.4 and -4.9.
 """
