@@ -116,9 +116,10 @@ def main(argv: list[str] | None = None) -> int:
                 lines.append(f"| {kernels} | {seed} | run failed: {str(exc).splitlines()[0]} |")
                 print(lines[-1], flush=True)
                 continue
-            failed += not row["learns"] or not all(c["gains"] for c in row["grpo"].values())
-            gains += sum(c["gains"] for c in row["grpo"].values())
-            grpo_runs += len(row["grpo"])
+            seed_gains = [c["gains"] for c in row["grpo"].values()]
+            failed += not row["learns"] or not all(seed_gains)
+            gains += sum(seed_gains)
+            grpo_runs += len(seed_gains)
             torch = row["torch"]
             cells = [
                 kernels,
