@@ -103,22 +103,23 @@ def test_grpo_gains_held_out_accuracy_over_its_start(demo_run):
 
 
 def test_each_run_records_the_kernels_it_trained_with(demo_run):
-    def torch_of(model):
-        marker = json.loads((demo_run / f"results/{model}/training_complete.json").read_text())
-        return marker["provenance"]["compute"]
+    markers = {
+        model: json.loads((demo_run / f"results/{model}/training_complete.json").read_text())
+        for model in [*NATIVE, DEFAULT_KERNELS]
+    }
+    compute = {model: marker["provenance"]["compute"] for model, marker in markers.items()}
 
-    assert torch_of(DEFAULT_KERNELS)["torch"]["cpu_capability"] == "DEFAULT"
-    assert torch_of(DEFAULT_KERNELS)["kernel_env"]["ATEN_CPU_CAPABILITY"] == "default"
+    assert compute[DEFAULT_KERNELS]["torch"]["cpu_capability"] == "DEFAULT"
+    assert compute[DEFAULT_KERNELS]["kernel_env"]["ATEN_CPU_CAPABILITY"] == "default"
     # The other runs train with the session's kernels: the machine's best, or the variant the whole suite was run
     # under (`ATEN_CPU_CAPABILITY=default make test`).
     session = os.environ.get("ATEN_CPU_CAPABILITY")
-    assert torch_of("tiny-arith-seed1")["kernel_env"].get("ATEN_CPU_CAPABILITY") == session
-    assert (torch_of("tiny-arith-seed1")["torch"]["cpu_capability"] == "DEFAULT") == (session == "default")
-    assert torch_of("tiny-arith-tunix-seed1")["jax"]["backend"] == "cpu"
-    for model in NATIVE + [DEFAULT_KERNELS]:
-        assert (
-            json.loads((demo_run / f"results/{model}/training_complete.json").read_text())["final_step"] == GRPO_STEPS
-        )
+    assert compute["tiny-arith-seed1"]["kernel_env"].get("ATEN_CPU_CAPABILITY") == session
+    assert (compute["tiny-arith-seed1"]["torch"]["cpu_capability"] == "DEFAULT") == (session == "default")
+    assert compute["tiny-arith-tunix-seed1"]["jax"]["backend"] == "cpu"
+    assert all(marker["final_step"] == GRPO_STEPS for marker in markers.values()), {
+        model: marker["final_step"] for model, marker in markers.items()
+    }
 
 
 def test_the_report_decides_with_paired_statistics_and_seed_groups(demo_run):
