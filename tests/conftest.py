@@ -85,6 +85,29 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("schedule_first") is None)
 
 
+def pytest_configure(config):
+    # One JAX compilation cache for the whole run (JAX reads JAX_COMPILATION_CACHE_DIR itself): the suite's Tunix
+    # processes compile the same train, sampler and merge programs again and again, ~15 s per process on 2 cores.
+    # Set in the controller before xdist starts its workers, which inherit it, as do their jobs. Every entry (not
+    # only those that took >= 1 s to compile): the tests' tiny models compile fast, but there are many.
+    if not hasattr(config, "workerinput") and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+        import tempfile
+
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="grpoflow-tests-jax-cache-")
+        os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        config.stash[_JAX_CACHE] = os.environ["JAX_COMPILATION_CACHE_DIR"]
+
+
+def pytest_unconfigure(config):
+    if config.stash.get(_JAX_CACHE, None):
+        import shutil
+
+        shutil.rmtree(config.stash[_JAX_CACHE], ignore_errors=True)
+
+
+_JAX_CACHE = pytest.StashKey[str]()
+
+
 def pytest_sessionstart(session):
     # The controller (the only process without xdist, the coordinator with it) remembers whether a local SLURM was
     # already running, e.g. a developer's; the one the tests start is stopped when every worker has finished.
