@@ -18,7 +18,7 @@ STAMP := $(VENV)/.grpoflow-installed
 TUNIX_VENV := .venv-tunix
 TUNIX_STAMP := $(TUNIX_VENV)/.grpoflow-installed
 
-.PHONY: setup setup-tunix demo demo-tunix test lint dag clean-results
+.PHONY: setup setup-tunix demo demo-tunix test test-system-packages lint dag clean-results
 
 setup: $(STAMP)
 
@@ -47,8 +47,14 @@ lint: setup
 # Two pytest-xdist workers: tests that wait (SLURM, Ray, subprocesses) overlap with tests that compute; tests that
 # share a background run stay on one worker (xdist_group; tests/conftest.py says how fixtures are shared).
 # --no-loadscope-reorder: xdist keeps the collection order, in which the longest fixture's tests come first.
-test: setup setup-tunix lint
+test: setup setup-tunix lint test-system-packages
 	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder
+
+# The Debian packages some tests need (graphviz; SLURM and munge for the local cluster), installed once before pytest
+# starts, as root with apt-get; one line naming what is missing where it cannot (those tests then skip, or fail under
+# CI=true). Installing from inside two tests at once lost dpkg's lock on a fresh machine.
+test-system-packages:
+	@bash requirements/test-system-packages || true
 
 dag: setup  # the DAG picture of the README (needs Graphviz's `dot`)
 	$(BIN)/snakemake --dag | dot -Tsvg > dag.svg

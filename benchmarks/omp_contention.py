@@ -2,6 +2,10 @@
 ``OMP_WAIT_POLICY=PASSIVE`` for the suite, whose two xdist workers each run 2-thread torch jobs on 2 cores).
 
     .venv/bin/python benchmarks/omp_contention.py            # --steps 30 --threads 2
+    .venv/bin/python benchmarks/omp_contention.py --reference   # one job alone: this machine's reference step
+
+The reference step (one job, 2 threads, OpenMP's default policy) goes beside every CI time in docs/measurements.md,
+so that suite times from machines of different speed can be compared.
 
 The job: the demo's tiny Qwen3 (config/config.yaml ``demo.tiny_model``) training steps, batch 64 × 60 tokens, as the
 demo SFT runs them. Timed alone, then as two copies at once (each with ``--threads``), under OpenMP's default wait
@@ -64,8 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reference", action="store_true", help="time one job alone and print its ms per step")
     args = ap.parse_args(argv)
     spec = tiny_model_spec()
+    if args.reference:
+        print(f"reference step: {timed(spec, 1, args.steps, args.threads, None)[0]:.0f} ms ({args.threads} threads)")
+        return 0
     print(f"{os.cpu_count()} CPUs; {args.threads} torch threads per job, {args.steps} steps")
     baseline = None
     print("| wait policy | jobs at once | ms per step (each job) | vs one job, default policy |")

@@ -165,25 +165,21 @@ def unavailable(reason: str):
 
 
 def ensure_debian_tool(binary: str, package: str) -> str:
-    """The path of ``binary``; installs Debian's ``package`` when missing and we are root, else skips visibly
-    (fails under CI=true)."""
+    """The path of ``binary``. `make test` installs the suite's Debian packages before pytest starts
+    (requirements/test-system-packages); under a plain pytest a missing one is installed by the same script, which
+    serialises concurrent installs. Where it cannot install: skips visibly (fails under CI=true) with its reason."""
     found = shutil.which(binary)
     if found:
         return found
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        unavailable(f"{binary} not installed and cannot apt-get install {package} here (not root or no apt)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=False, env=env, capture_output=True, timeout=300)
     proc = subprocess.run(
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", package],
-        env=env,
+        ["bash", str(REPO / "requirements" / "test-system-packages"), f"{binary}:{package}"],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1200,
     )
     found = shutil.which(binary)
     if not found:
-        unavailable(f"apt-get install {package} failed: {proc.stderr.strip()[-300:]}")
+        unavailable(proc.stderr.strip().splitlines()[-1].removeprefix("test-system-packages: "))
     return found
 
 

@@ -37,11 +37,10 @@ NODELIST="$(IFS=,; echo "${NODES[*]}")"
 # ---- packages ----
 if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null \
    || ! command -v sbatch >/dev/null; then
-  command -v apt-get >/dev/null || skip "slurmctld/slurmd/munge are not installed and there is no apt-get"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null || skip "apt-get update failed"
-  apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null \
-    || skip "apt-get install slurmctld slurmd slurm-client munge failed"
+  # Normally installed before pytest started (make test); this covers a plain pytest or a run of this script alone,
+  # serialised with any other install (requirements/test-system-packages says why).
+  msg="$(bash "$(dirname "$0")/../../requirements/test-system-packages" \
+    slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge 2>&1)" || skip "${msg##*test-system-packages: }"
 fi
 
 mkdir -p "$RUN" "$DEVDIR" /etc/slurm /var/spool/slurmctld /var/log/slurm /run/munge
