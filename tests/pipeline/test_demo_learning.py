@@ -11,7 +11,10 @@ One run of the demo (config/config.yaml and tests/pipeline/learning.yaml; config
   over the three runs by more than 2 standard errors;
 - on the held-out problems (1,000), each of the three runs gains over its start by more than 2 paired standard
   errors;
-- the report shows each model's Δ vs SFT with its interval, ↑/↓ and p-value, the seed group and the MDE line.
+- the report shows each model's Δ vs SFT with its interval, ↑/↓ and p-value, the seed group and the MDE line;
+- training health (grpoflow.health): each demo run's verdict is "learned" and no check fired; from the same start,
+  three broken runs per backend (tests/pipeline/health.yaml: a learning rate of ~0, a constant reward, a learning
+  rate that wrecks the model) each get their verdict and their line in the job's log.
 
 The held-out gain itself is a measured range, not asserted here (benchmarks/demo_robustness.py, 4 demo seeds ×
 2 kernel variants, SFT at a constant learning rate): from all 8 start points (SFT steps 560-880) every GRPO run
@@ -26,9 +29,10 @@ import math
 import os
 
 import pytest
-from grpoflow_testing import LOCAL_PROFILE, REPO, load_yaml, make_workdir, snakemake, unavailable
+from grpoflow_testing import LOCAL_PROFILE, REPO, copy_workdir, load_yaml, make_workdir, snakemake, unavailable
 
 from grpoflow.evaluation.compare import paired, read_outcomes, reward_rise
+from grpoflow.health import assess
 
 # One worker runs the whole module: its fixture is the demo through the DAG (the suite's costliest), built once.
 pytestmark = [
@@ -134,3 +138,52 @@ def test_the_report_decides_with_paired_statistics_and_seed_groups(demo_run):
 def test_second_run_does_nothing(demo_run):
     again = snakemake([*LOCAL_PROFILE, "-n", *CONFIGS], demo_run)
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def _health(workdir, model: str, steps: int) -> dict:
+    rows = (workdir / f"results/{model}/train_metrics.jsonl").read_text().splitlines()
+    return assess([json.loads(r) for r in rows], steps)
+
+
+def test_every_demo_run_is_healthy(demo_run):
+    for model in [*NATIVE, DEFAULT_KERNELS]:
+        health = _health(demo_run, model, GRPO_STEPS)
+        assert health["verdict"] == "learned" and health["reward_trend"]["ci"][0] > 0, (model, health)
+        assert not any(health["checks"].values()), (model, health)
+        assert "grpoflow.health: " not in (demo_run / f"logs/train_grpo/{model}.log").read_text()
+    section = (demo_run / "results/report/summary.md").read_text().split("## Training health", 1)[1]
+    for model in ("tiny-arith-seed1", DEFAULT_KERNELS):  # the TRL demo's report
+        assert f"| `{model}` | **learned** |" in section.split("\n## ", 1)[0]
+
+
+HEALTH = load_yaml(REPO / "tests/pipeline/health.yaml")["experiments"]
+
+
+@pytest.fixture(scope="module")
+def broken_runs(demo_run, tmp_path_factory):
+    """The six runs of tests/pipeline/health.yaml trained from the demo's SFT start (a copy of its workdir)."""
+    wd = copy_workdir(demo_run, tmp_path_factory.mktemp("health") / "wd")
+    markers = [f"results/{name}/training_complete.json" for name in HEALTH]
+    overlay = [*WITH_TUNIX, str(REPO / "tests/pipeline/health.yaml")]
+    snakemake([*LOCAL_PROFILE, "--keep-going", *markers, *overlay], wd, timeout=1800)
+    return wd
+
+
+@pytest.mark.parametrize("backend", ["trl", "tunix"])
+@pytest.mark.parametrize(
+    ("case", "verdict", "line"),
+    [
+        ("lr0", "no evidence of learning", "grpoflow.health: reward flat: "),
+        ("constant", "no evidence of learning", "grpoflow.health: no learning signal since step "),
+        ("diverge", "diverged", "grpoflow.health: reward fell: "),
+    ],
+)
+def test_a_broken_run_gets_its_verdict_and_its_line(broken_runs, backend, case, verdict, line):
+    model = f"health-{backend}-{case}"
+    health = _health(broken_runs, model, HEALTH[model]["grpo"]["total_steps"])
+    log = (broken_runs / f"logs/train_grpo/{model}.log").read_text()
+    assert health["verdict"] == verdict, health
+    fired = [text for text in log.splitlines() if "grpoflow.health: " in text]
+    assert any(line in text for text in fired), fired
+    # Once per condition, and the log agrees with the replay the report makes.
+    assert [t.split("grpoflow.health: ", 1)[1] for t in fired] == list(health["lines"].values()), (fired, health)

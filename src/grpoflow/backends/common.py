@@ -115,11 +115,20 @@ def number(value: Any) -> float | int | None:
 def map_metrics(step: int, data: dict[str, Any], table: dict[str, str]) -> dict[str, Any]:
     """One ``train_metrics.jsonl`` row: ``{"step": step}`` plus each trainer metric of ``data`` named in ``table``
     (trainer name -> project key) under its project key. Non-numbers and NaN/inf are skipped; when several
-    trainer names map to one key, the first in ``table`` that ``data`` has wins."""
+    trainer names map to one key, the first in ``table`` that ``data`` has wins. NaN/inf values are named under
+    ``"nonfinite"`` (JSON has no NaN): a diverged loss must not vanish from the row (grpoflow.health)."""
     row: dict[str, Any] = {"step": step}
+    nonfinite = []
     for source, key in table.items():
-        if key not in row and source in data and number(data[source]) is not None:
+        if key in row or source not in data:
+            continue
+        if number(data[source]) is not None:
             row[key] = data[source]
+        elif isinstance(data[source], float):
+            nonfinite.append(key)
+    nonfinite = sorted(set(nonfinite) - set(row))
+    if nonfinite:
+        row["nonfinite"] = nonfinite
     return row
 
 
@@ -186,6 +195,7 @@ def training_spec(cfg, experiment: str, inputs: dict, outputs: dict, **extra: An
         backend: exp[backend],
         "checkpoint_dir": cfg.checkpoint_dir(experiment),
         "resume_across_changes": exp["resume_across_changes"],
+        "health": exp["health"],
         "marker": outputs["marker"],
         "metrics": outputs["metrics"],
         **extra,
@@ -253,6 +263,14 @@ def read_live_metrics(path: str | os.PathLike) -> list[dict]:
         except ValueError:
             continue
     return rows
+
+
+def health_monitor(spec: dict):
+    """The run's grpoflow.health monitor: its checks log one line each when they fire; ``health.stop_on`` stops."""
+    from grpoflow.health import STOP_ON_DEFAULT, HealthMonitor
+
+    stop_on = spec.get("health", {}).get("stop_on", STOP_ON_DEFAULT)
+    return HealthMonitor(spec["grpo"]["total_steps"], stop_on=stop_on, experiment=spec["experiment"])
 
 
 def append_live_metrics(path: str | os.PathLike, row: dict) -> None:

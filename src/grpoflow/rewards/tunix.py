@@ -86,6 +86,9 @@ def build_reward_fns(
         }
         if len(scores.total) > 1:
             out["reward_std"] = (float(np.std(scores.total, ddof=1)), np.mean)
+        if len(scores.total) % num_generations == 0:  # completions come in contiguous groups (_Scorer._score)
+            groups = np.reshape(scores.total, (-1, num_generations))
+            out["frac_reward_zero_std"] = (float(np.mean(groups.max(axis=1) == groups.min(axis=1))), np.mean)
         for name, values in scores.components.items():
             out[f"reward/{name}"] = (sum(values) / n, np.mean)
         return out

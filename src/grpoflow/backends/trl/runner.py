@@ -118,7 +118,7 @@ def load_prompts(parquet: str, tokenizer, max_prompt_length: int, where: str):
 # Trainer callbacks
 
 
-def _callbacks(live_metrics: Path):
+def _callbacks(live_metrics: Path, spec: dict):
     import torch
     from transformers import TrainerCallback
 
@@ -127,6 +127,7 @@ def _callbacks(live_metrics: Path):
         progress line in the job log."""
 
         progress: StepProgress | None = None
+        health = common.health_monitor(spec)
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.progress = StepProgress(args.max_steps)
@@ -139,6 +140,7 @@ def _callbacks(live_metrics: Path):
             common.append_live_metrics(live_metrics, row)
             if self.progress is not None:
                 log.info("%s", self.progress.line(state.global_step, row))
+            self.health.observe(row)  # logs a line per check that fires; raises HealthStop for health.stop_on
 
     class StopOnSigterm(TrainerCallback):
         """SIGTERM (grpoflow.backends.common.SigtermStop) ends the run at the next step boundary with a checkpoint."""
@@ -377,7 +379,7 @@ def train(spec: dict, model_path: str, resume: Path | None) -> int:
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=peft_config(grpo.get("lora")),
-        callbacks=_callbacks(Path(spec["checkpoint_dir"]) / LIVE_METRICS),
+        callbacks=_callbacks(Path(spec["checkpoint_dir"]) / LIVE_METRICS, spec),
     )
     started = time.time()
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)

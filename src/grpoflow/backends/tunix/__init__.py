@@ -57,6 +57,7 @@ SETTINGS: dict[str, str] = {
 METRICS = {
     "grpoflow/train/reward": "reward",
     "grpoflow/train/reward_std": "reward_std",
+    "grpoflow/train/frac_reward_zero_std": "frac_reward_zero_std",
     "grpoflow/train/accuracy": "accuracy",
     "grpoflow/train/answer_found": "answer_found",
     "grpoflow/train/verify_errors": "verify_errors",

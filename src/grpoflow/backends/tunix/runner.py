@@ -25,6 +25,7 @@ iterator stops, Tunix's learner leaves its loop and its trainer saves the last f
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import time
 from pathlib import Path
@@ -140,8 +141,9 @@ class MetricRows:
     keeps it) once the next step's actor scalars arrive, and the last one by ``flush``.
     """
 
-    def __init__(self, live: Path, total: int, first_step: int):
+    def __init__(self, live: Path, total: int, first_step: int, health=None):
         self.live, self.total, self.first_step = live, total, first_step
+        self.health = health  # grpoflow.health.HealthMonitor
         self.rollout: dict[int, dict] = {}
         self.actor: dict[int, dict] = {}
         self.written = first_step
@@ -192,8 +194,14 @@ class MetricRows:
             row = {"step": n, **self.rollout.pop(n, {}), **self.actor.pop(n)}
             if n - 1 in self.finished_at:
                 row["time_s"] = round(self.finished_at[n] - self.finished_at.pop(n - 1), 3)
+            nonfinite = sorted(k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v))
+            row = {k: v for k, v in row.items() if k not in nonfinite}  # JSON has no NaN: named instead
+            if nonfinite:
+                row["nonfinite"] = nonfinite
             common.append_live_metrics(self.live, row)
             log.info("%s", self.progress.line(n, row))
+            if self.health is not None:
+                self.health.observe(row)  # logs a line per check that fires; raises HealthStop for health.stop_on
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -310,7 +318,7 @@ def train(spec: dict, model_path: str, resumed_from: int) -> int:
         rollout_vllm_hbm_utilization=tunix["vllm_hbm_utilization"],
         rollout_vllm_model_version=model_path if tunix["rollout_engine"] == "vllm" else "",
     )
-    rows_out = MetricRows(ckpt_dir / LIVE_METRICS, grpo["total_steps"], resumed_from)
+    rows_out = MetricRows(ckpt_dir / LIVE_METRICS, grpo["total_steps"], resumed_from, common.health_monitor(spec))
     backends: dict = {"custom_backend": [lambda: rows_out, *_trackers(grpo["report_to"], ckpt_dir, spec["experiment"])]}
     training_config = rl_cluster_lib.RLTrainingConfig(
         actor_optimizer=_optimizer(grpo, tunix),

@@ -45,6 +45,7 @@ from grpoflow.backends.verl import metrics as vm
 from grpoflow.backends.verl.memory import at_job_start as memory_estimate
 from grpoflow.config import saved_steps
 from grpoflow.errors import DataError, GrpoflowError
+from grpoflow.health import HealthMonitor
 from grpoflow.io import exclusive_dir
 from grpoflow.progress import StepProgress
 from grpoflow.provenance import provenance
@@ -232,12 +233,20 @@ def run_trainer(argv: list[str], nodes: int, gpus_per_node: int, env: dict[str, 
 
 @contextlib.contextmanager
 def step_progress(logfile: Path, planned: int):
-    """A progress line per step (grpoflow.progress) in the job log while verl runs, read from verl's file logger."""
+    """A progress line per step (grpoflow.progress) in the job log while verl runs, read from verl's file logger,
+    and the training-health checks' lines (grpoflow.health; they log only: verl runs in its own process tree, which
+    this follower does not stop, so ``health.stop_on`` applies to TRL and Tunix)."""
     progress = StepProgress(planned)
+    health = HealthMonitor(planned, stop_on=())
     stop = threading.Event()
+
+    def on_row(row: dict) -> None:
+        log.info("%s", progress.line(row["step"], row))
+        health.observe(row)
+
     follower = threading.Thread(
         target=vm.follow,
-        args=(logfile, lambda row: log.info("%s", progress.line(row["step"], row)), stop),
+        args=(logfile, on_row, stop),
         name="verl-progress",
         daemon=True,
     )
