@@ -81,6 +81,8 @@ def card_sources(cfg, experiment: str) -> dict:
     """What the model card names beyond the experiment's own settings (from the resolved config ``cfg``): the
     training dataset's Hub repo and revision (or its local name) and prompt, and each benchmark's Hub repo,
     revision, config and split when it comes from the Hub."""
+    from grpoflow.evaluation.registry import hub_source
+
     exp = cfg.experiment(experiment)
 
     def hub_of(dataset: str | None) -> dict:
@@ -90,13 +92,34 @@ def card_sources(cfg, experiment: str) -> dict:
         hub = ds["hub"]
         return {"name": dataset, "repo_id": hub["repo_id"], "revision": hub["revision"], "config": hub.get("config")}
 
+    def hub_split(dataset: str, split: str) -> tuple[str | None, str | None]:
+        """(split, config) of the Hub repo that grpoflow's ``split`` of ``dataset`` was read from, or None where
+        the Hub does not say: grpoflow's split names are its own (a benchmark is always its ``test`` split, AIME
+        2024's problems are the Hub's ``train`` split)."""
+        ds = cfg.datasets[dataset]
+        hub = ds["hub"]
+        builtin = hub_source(dataset)
+        if builtin and builtin["repo_id"] == hub["repo_id"] and hub.get("files") == _builtin_files(dataset):
+            return builtin["split"], builtin["config"]
+        if hub.get("files") or hub.get("filename") or isinstance(ds.get(split), dict):
+            return None, hub.get("config")  # a file's split is the repo's README's to say; a carved split is ours
+        return (hub.get("splits") or {}).get(split), hub.get("config")
+
     train = exp["data"]["dataset"]
     benchmarks = {}
     for name, bench in cfg.evaluation["benchmarks"].items():
         entry = hub_of(bench.get("dataset"))
-        entry["split"] = bench.get("split") if "dataset" in bench else None
+        entry["split"] = None
+        if "dataset" in bench and entry.get("repo_id"):
+            entry["split"], entry["config"] = hub_split(bench["dataset"], bench.get("split"))
         benchmarks[name] = entry
     return {"train_dataset": hub_of(train), "prompt": cfg.datasets[train]["prompt"], "benchmarks": benchmarks}
+
+
+def _builtin_files(name: str) -> dict | None:
+    from grpoflow.evaluation.registry import BUILTIN
+
+    return BUILTIN[name]["dataset"]["hub"].get("files")
 
 
 def _eval_result(ev: dict, source: dict):

@@ -7,9 +7,12 @@ reward settings and which runs differ only by seed. Models are ranked by accurac
 (``report.primary_benchmark``, default the first benchmark), so the winner is the first row.
 
 What decides between models is paired (``grpoflow.evaluation.compare``): per benchmark, every GRPO model against
-its SFT start and every model against the best one, problem by problem: Δ with a bootstrap interval, the
+its SFT start and every model against the best one, problem by problem: Δ with Newcombe's paired interval, the
 problems gained ↑ and lost ↓, an exact McNemar (greedy) or sign-flip permutation (sampled) p-value, Holm-adjusted
-over the benchmark's comparisons, the group indistinguishable from the best and the minimum detectable effect.
+over the benchmark's distinct pairs (a GRPO model's SFT start against the best mirrors the GRPO model against its
+SFT start when the GRPO model is the best: one test, counted once), the group indistinguishable from the best and
+the minimum detectable effect. A comparison that could not be made (different problem sets, no per-sample file)
+is shown as refused with its reason, and the report never counts the model as behind the best.
 Runs that differ only in ``grpo.seed`` form a seed group: mean, SD, min–max and an interval over seeds.
 """
 
@@ -25,6 +28,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpoflow import health
 from grpoflow.errors import DataError
 from grpoflow.evaluation import compare
 from grpoflow.evaluation.run import TRUNCATION_WARNING
@@ -52,7 +56,7 @@ TRAINING_PLOTS = (
 )
 # Keys of a resolved experiment that do not change what is trained: runs equal in all else form a seed group.
 # Not what is trained: where it runs (resources: the same run on 1 or 8 GPUs is one seed group), where it is kept.
-_NOT_TRAINING = ("description", "checkpoint_dir", "upload", "resume_across_changes", "resources")
+_NOT_TRAINING = ("description", "checkpoint_dir", "upload", "resume_across_changes", "resources", "health")
 _SEED_SUFFIX = re.compile(r"-seed\d+$")
 
 
@@ -166,6 +170,11 @@ class Comparison:
     refused: str | None = None  # why the two could not be paired
     p_holm: float | None = None
 
+    @property
+    def pair(self) -> frozenset:
+        """The two models, unordered: a comparison and its mirror are one test."""
+        return frozenset((self.model, self.reference))
+
 
 @dataclass
 class BenchmarkAnalysis:
@@ -186,9 +195,15 @@ class BenchmarkAnalysis:
     mde: float | None = None
     mde_second_moment: float | None = None
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # about this benchmark's numbers: shown with its table
 
     def vs(self, model: str, relation: str) -> Comparison | None:
         return next((c for c in self.comparisons if c.model == model and c.relation == relation), None)
+
+    @property
+    def not_compared(self) -> list[Comparison]:
+        """The comparisons against the best that were refused: neither behind it nor indistinguishable."""
+        return [c for c in self.comparisons if c.relation == "best" and c.result is None]
 
 
 def _outcomes(evals: dict, model: str, bench: str, cache: dict, notes: list[str]) -> compare.Outcomes | None:
@@ -243,13 +258,18 @@ def analyse_benchmark(
     for r in ranked[1:]:
         out.comparisons.append(_pair(r["model"], out.best, "best", bench, evals, cache, out.notes))
     tested = [c for c in out.comparisons if c.result is not None]
-    for c, p in zip(tested, compare.holm([c.result.p_value for c in tested])):
-        c.p_holm = p
+    # One test per pair of models: the best's SFT start against the best is its GRPO-vs-SFT test mirrored.
+    family: dict[frozenset, compare.Paired] = {}
+    for c in tested:
+        family.setdefault(c.pair, c.result)
+    adjusted = dict(zip(family, compare.holm([r.p_value for r in family.values()])))
+    for c in tested:
+        c.p_holm = adjusted[c.pair]
     out.indistinguishable = [
         c.model for c in out.comparisons if c.relation == "best" and c.p_holm is not None and c.p_holm >= compare.ALPHA
     ]
-    # How often two models of this benchmark disagree on a problem, typically: the median over its comparisons.
-    moments = [c.result.second_moment for c in tested]
+    # How often two models of this benchmark disagree on a problem, typically: the median over its distinct pairs.
+    moments = [r.second_moment for r in family.values()]
     if moments and out.n_problems:
         out.mde_second_moment = statistics.median(moments)
         out.mde = compare.minimum_detectable_effect(out.n_problems, out.mde_second_moment)
@@ -406,7 +426,9 @@ def add_statistics(rows: list[dict], analyses: dict[str, BenchmarkAnalysis], gro
                     r[f"{b}.delta_vs_best"] = p.delta
                 r[f"{b}.gained_vs_{rel}"], r[f"{b}.lost_vs_{rel}"] = p.gained, p.lost
                 r[f"{b}.p_vs_{rel}"], r[f"{b}.p_holm_vs_{rel}"] = p.p_value, c.p_holm
-            if r["model"] in a.intervals:
+            best = a.vs(r["model"], "best")
+            if r["model"] in a.intervals and (r["model"] == a.best or (best is not None and best.result is not None)):
+                # A model the best could not be compared with is neither behind it nor level with it: left empty.
                 r[f"{b}.indistinguishable_from_best"] = r["model"] == a.best or r["model"] in a.indistinguishable
             if r["model"] in a.second:
                 r[f"{b}.accuracy_math_verify"] = a.second[r["model"]]["accuracy"]
@@ -506,7 +528,7 @@ def _vs_sft_phrase(c: Comparison) -> str:
     )
 
 
-def _headline(rows, analyses, primary, evals) -> list[str]:
+def _headline(rows, analyses, primary, evals, health=None) -> list[str]:
     if not rows or rows[0].get(f"{primary}.accuracy") is None:
         return []
     w, a = rows[0], analyses[primary]
@@ -519,11 +541,18 @@ def _headline(rows, analyses, primary, evals) -> list[str]:
     c = a.vs(w["model"], "sft")
     if c is not None and c.result is not None:
         line += f"; vs its SFT start `{w['baseline']}`: {_vs_sft_phrase(c)}"
+    elif c is not None and c.refused == "different problem sets":
+        line += f"; not compared with its SFT start `{w['baseline']}`: {c.refused}"
     elif w.get(f"{primary}.delta_vs_sft") is not None:
         line += f", {_pts(w[f'{primary}.delta_vs_sft'])} vs its SFT start `{w['baseline']}`"
     line += "."
+    verdict = (health or {}).get(w["model"], {}).get("verdict")
+    if verdict and verdict != "learned":
+        # Best on held-out accuracy, but its training reward did not rise beyond noise (or fell): say so here.
+        line += f" Its training health: **{verdict}** (see Training health)."
     out = [line, ""]
     if len(rows) > 1 and a.comparisons:
+        refused = a.not_compared
         if a.indistinguishable:
             out += [
                 f"Not distinguishable from it on `{primary}` (Holm-adjusted paired p ≥ {compare.ALPHA}): "
@@ -532,14 +561,55 @@ def _headline(rows, analyses, primary, evals) -> list[str]:
                 "",
             ]
         elif any(c.relation == "best" and c.result for c in a.comparisons):
-            out += [
-                f"Every other model is significantly behind it on `{primary}` (Holm-adjusted p < {compare.ALPHA}).",
-                "",
-            ]
+            # "Every other model" only when every other model was compared: a refused one may be level with it.
+            who = "Every other model compared with it" if refused else "Every other model"
+            out += [f"{who} is significantly behind it on `{primary}` (Holm-adjusted p < {compare.ALPHA}).", ""]
+        if refused:
+            out += [_not_compared_line(primary, refused), ""]
+    if a.warnings:
+        out += [f"⚠ The `{primary}` numbers come with warnings: see them under `{primary}` in Paired comparisons.", ""]
     return out
 
 
+def _health_section(health: dict[str, dict]) -> list[str]:
+    """One row per GRPO run: grpoflow.health's verdict, the reward trend and the checks that fired (the same
+    replay of train_metrics.jsonl as the lines in the run's log)."""
+    if not health:
+        return []
+    body = []
+    for name, h in sorted(health.items()):
+        trend = h["reward_trend"]
+        shown = "—"
+        if trend:
+            low, high = trend["ci"]
+            shown = (
+                f"{trend['first']:.3f} → {trend['last']:.3f} ({trend['delta']:+.3f} [{low:+.3f}, {high:+.3f}], "
+                f"first vs last {trend['steps']} steps)"
+            )
+        fired = ", ".join(f"{check} (step {step})" for check, step in h["checks"].items() if step is not None)
+        body.append([f"`{name}`", f"**{h['verdict']}**", shown, fired or "none"])
+    return [
+        "## Training health",
+        "",
+        "Each run's training reward, last window against first (95 % interval), and the checks that fired while it "
+        "trained (grpoflow.health; their lines are in `logs/train_grpo/<run>.log`; docs/training-health.md).",
+        "",
+        _md_table(["run", "verdict", "training reward", "checks fired"], body, text_columns=4),
+        "",
+    ]
+
+
+def _not_compared_line(bench: str, refused: list[Comparison]) -> str:
+    return (
+        f"Not compared with the best on `{bench}`, so neither behind it nor level with it: "
+        + ", ".join(f"`{c.model}` ({c.refused})" for c in refused)
+        + "."
+    )
+
+
 def _warnings(rows, analyses, evals, groups, experiments) -> list[str]:
+    """The warnings about the comparison as a whole (the top of the report); those about one benchmark's numbers
+    are that benchmark's (``_benchmark_warnings``), shown with its table."""
     out = []
     arms = [g for g, members in groups.items() if members]
     single = [g for g in arms if len(groups[g]) == 1]
@@ -549,17 +619,21 @@ def _warnings(rows, analyses, evals, groups, experiments) -> list[str]:
             "between configurations mixes their effect with seed-to-seed variation, which one seed cannot measure: "
             "give those experiments `seeds: [1, 2, 3]`."
         )
-    for (model, bench), data in sorted(evals.items()):
+    return [line for w in out for line in (w, "")]
+
+
+def _benchmark_warnings(bench: str, evals: dict, notes: list[str]) -> list[str]:
+    """Completions cut at max_new_tokens and refused pairings on one benchmark."""
+    out = []
+    for (model, b), data in sorted(evals.items()):
         rate = data["metrics"].get("truncation_rate") or 0.0
-        if rate > TRUNCATION_WARNING:
+        if b == bench and rate > TRUNCATION_WARNING:
             limit = (data.get("generation") or {}).get("max_new_tokens")
             out.append(
                 f"⚠ `{model}` on `{bench}`: {_pct(rate)} of completions hit max_new_tokens ({limit}): accuracy there "
                 "measures the token limit too; raise evaluation.max_new_tokens (or the benchmark's)."
             )
-    for a in analyses.values():
-        out += [f"⚠ {n}" for n in dict.fromkeys(a.notes)]
-    return [line for w in out for line in (w, "")]
+    return out + [f"⚠ {n}" for n in dict.fromkeys(notes)]
 
 
 def _ranking(rows, benchmarks, primary, experiments) -> list[str]:
@@ -609,11 +683,11 @@ def _comparisons_section(rows, analyses, evals) -> list[str]:
     out = [
         "## Paired comparisons",
         "",
-        "Problem by problem on the same benchmark, from the per-sample files: Δ with a paired bootstrap 95% interval "
-        f"({compare.BOOTSTRAP_RESAMPLES:,} resamples of the problems, seed {compare.BOOTSTRAP_SEED}; a problem's samples "
-        "stay together), ↑ problems the model does better on and ↓ worse on, the exact McNemar test (one completion "
-        "per problem) or a sign-flip permutation test (several), and p Holm-adjusted over all comparisons of the "
-        "benchmark. Accuracy intervals: Wilson (one completion per problem) or the cluster bootstrap.",
+        "Problem by problem on the same benchmark, from the per-sample files: Δ with Newcombe's paired score 95% "
+        "interval (over the problems' mean accuracies: a problem's samples stay together), ↑ problems the model does "
+        "better on and ↓ worse on, the exact McNemar test (one completion per problem) or a sign-flip permutation "
+        "test (several), and p Holm-adjusted over the benchmark's distinct pairs of models (a comparison and its "
+        "mirror are one test). Accuracy intervals: Wilson (one completion per problem) or Wilson over the problems.",
         "",
     ]
     kind = {r["model"]: r["kind"] for r in rows}
@@ -622,6 +696,7 @@ def _comparisons_section(rows, analyses, evals) -> list[str]:
             continue
         g = next(d for (m, bb), d in sorted(evals.items()) if bb == b)["generation"]
         out += [f"### `{b}`: {a.n_problems} problems, {decoding_label(g)}", ""]
+        out += [line for w in a.warnings for line in (w, "")]
         header = ["model", "kind", f"{_accuracy_label(a)} [95% CI]", "vs", "Δ [95% CI]", "↑", "↓", "p", "p (Holm)"]
         body = []
         for r in rows:
@@ -659,7 +734,7 @@ def _comparisons_section(rows, analyses, evals) -> list[str]:
         if a.mde is not None and a.mde > 0:
             out += [
                 f"**Minimum detectable effect on `{b}`:** with {a.n_problems} problems and the disagreement seen here "
-                f"(median over its comparisons of the mean squared per-problem difference: {a.mde_second_moment:.3f}"
+                f"(median over its distinct pairs of the mean squared per-problem difference: {a.mde_second_moment:.3f}"
                 + (", the fraction of problems whose verdict differs" if (a.samples or 1) == 1 else "")
                 + f"), a paired test at α = {compare.ALPHA} detects a difference of {100 * a.mde:.1f} pts with "
                 f"{100 * compare.POWER:.0f}% power; smaller differences here are not evidence either way.",
@@ -678,6 +753,8 @@ def _comparisons_section(rows, analyses, evals) -> list[str]:
                 + ".",
                 "",
             ]
+        if a.not_compared:
+            out += [_not_compared_line(b, a.not_compared), ""]
     return out
 
 
@@ -916,13 +993,16 @@ def render_markdown(
     analyses: dict[str, BenchmarkAnalysis] | None = None,
     groups: dict[str, list[str]] | None = None,
     scoring: dict | None = None,
+    health: dict[str, dict] | None = None,
 ) -> str:
     analyses = analyses or {b: BenchmarkAnalysis(b) for b in benchmarks}
     groups = groups or {}
+    health = health or {}
     out = ["# grpoflow report", ""]
-    out += _headline(rows, analyses, primary, evals)
+    out += _headline(rows, analyses, primary, evals, health)
     out += _warnings(rows, analyses, evals, groups, experiments)
     out += _ranking(rows, benchmarks, primary, experiments)
+    out += _health_section(health)
     out += _comparisons_section(rows, analyses, evals)
     out += _seed_section(rows, analyses, groups, evals, benchmarks)
     out += _token_section(rows, analyses, plots)
@@ -1215,12 +1295,19 @@ def build_report(
     {experiment: ``experiment_rewards(exp)``} to score the training rewards on the evaluation completions."""
     evals = load_evaluations(evaluations)
     train = load_training_metrics(training)
+    health_of = {
+        name: health.assess(rows, experiments[name]["total_steps"])
+        for name, rows in train.items()
+        if name in experiments
+    }
     primary = settings.get("primary_benchmark") or benchmarks[0]
     rows = summary_rows(evals, experiments, models, benchmarks, primary)
     cache: dict = {}
     analyses = {
         b: analyse_benchmark(b, rows, evals, cache, rewards or {}, settings.get("second_grader")) for b in benchmarks
     }
+    for b, a in analyses.items():
+        a.warnings = _benchmark_warnings(b, evals, a.notes)
     groups = seed_groups or {}
     add_statistics(rows, analyses, groups)
     # A fresh directory replaces the old one whole: a plot of a removed experiment never survives.
@@ -1231,7 +1318,7 @@ def build_report(
         write_comparisons_csv(comparisons_path, analyses)
     atomic_write_text(
         summary_path,
-        render_markdown(rows, evals, experiments, benchmarks, primary, names, analyses, groups, rewards),
+        render_markdown(rows, evals, experiments, benchmarks, primary, names, analyses, groups, rewards, health_of),
     )
     if rows:
         log.info(

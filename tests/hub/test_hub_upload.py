@@ -230,9 +230,12 @@ def test_model_card_follows_hub_conventions(caplog):
         for r in data.eval_results
     }
     aime = BUILTIN["aime2024"]["dataset"]["hub"]
+    # The Hub's split names, not grpoflow's: AIME 2024's problems are the Hub repo's only split, `train`, which
+    # grpoflow evaluates as its benchmark's `test` split (lighteval's aime24 task reads evaluation_splits=["train"]).
+    assert aime["files"] == {"test": "data/train-00000-of-00001.parquet"}
     assert got == {
         ("openai/gsm8k", "abc123", "test", "main", "accuracy", "accuracy", 0.71),
-        (aime["repo_id"], aime["revision"], "test", None, "pass@1", "avg@16", 0.1),
+        (aime["repo_id"], aime["revision"], "train", None, "pass@1", "avg@16", 0.1),
     }
     assert "## Training prompt" in card and "Think step by step." in card and "Q: {question}" in card
     assert "standard (T 0.6, avg@16), max 4096 tokens" in card

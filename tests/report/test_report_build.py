@@ -171,7 +171,8 @@ def test_report_decides_with_paired_statistics_from_the_files(tmp_path, config):
     assert (best["arith.gained_vs_sft"], best["arith.lost_vs_sft"]) == ("27", "5")
     assert float(best["arith.p_vs_sft"]) == pytest.approx(p_high)
     assert float(table_["lr-low"]["arith.p_vs_sft"]) == pytest.approx(p_low)
-    # Holm over the 4 comparisons of arith (2 vs SFT, 2 vs the best): the smallest p is multiplied by 4.
+    # 4 comparisons of arith (2 vs SFT, 2 vs the best), but base-sft vs the best (lr-high) is lr-high vs its SFT
+    # start mirrored: one test. Holm over the 3 distinct pairs: the smallest p is multiplied by 3, not 4.
     arith = [c for c in comparisons if c["benchmark"] == "arith"]
     assert len(arith) == 4 and {(c["model"], c["relation"]) for c in arith} == {
         ("lr-high", "sft"),
@@ -179,7 +180,11 @@ def test_report_decides_with_paired_statistics_from_the_files(tmp_path, config):
         ("lr-low", "best"),
         ("base-sft", "best"),
     }
-    assert float(best["arith.p_holm_vs_sft"]) == pytest.approx(4 * p_high)
+    assert float(best["arith.p_holm_vs_sft"]) == pytest.approx(3 * p_high)
+    assert table_["base-sft"]["arith.p_holm_vs_best"] == best["arith.p_holm_vs_sft"]
+    assert float(table_["base-sft"]["arith.p_vs_best"]) == pytest.approx(p_high)
+    # lr-low vs its SFT start: p_low, the second smallest of the 3 -> times 2 (monotone over the smallest's 3 p_high).
+    assert float(table_["lr-low"]["arith.p_holm_vs_sft"]) == pytest.approx(max(2 * p_low, 3 * p_high))
     low_ci = (float(best["arith.delta_vs_sft_ci_low"]), float(best["arith.delta_vs_sft_ci_high"]))
     assert low_ci[0] < 22 / 200 < low_ci[1] and low_ci[0] > 0
     # lr-low vs lr-high: 15 problems lr-low solves that lr-high misses, 27 the other way round -> not significant.
@@ -264,7 +269,52 @@ def test_runs_on_different_problem_sets_are_not_paired(tmp_path, config):
     assert table_["lr-high"]["arith.p_vs_sft"] == "" and comparisons[0]["refused"] == "different problem sets"
 
 
-def test_sampled_benchmark_uses_the_cluster_bootstrap_and_a_permutation_test(tmp_path, config):
+def test_a_refused_comparison_is_shown_and_never_counted_as_behind(tmp_path, config):
+    """The SFT start was evaluated on other problems (150, not 200): it cannot be paired with anything, so the
+    headline must not say every other model is significantly behind the best, and it is shown as not compared."""
+    high, low = table(gained=40, lost=2, both=60, neither=98)
+    other = [i % 3 == 0 for i in range(150)]
+    evals = [
+        write_eval(tmp_path, "lr-high", "arith", high),
+        write_eval(tmp_path, "lr-low", "arith", low),
+        write_eval(tmp_path, "base-sft", "arith", other),
+    ]
+    _, md, table_, comparisons, _ = report(tmp_path, config, evals, benchmarks=["arith"])
+    assert float(table_["lr-low"]["arith.p_holm_vs_best"]) < 0.05  # lr-low is behind, and only lr-low
+    headline = md.split("## Ranking")[0]
+    assert "Every other model is significantly behind" not in md
+    assert "Every other model compared with it is significantly behind it on `arith` (Holm-adjusted p < 0.05)." in md
+    line = "Not compared with the best on `arith`, so neither behind it nor level with it: `base-sft` (different problem sets)."
+    assert line in headline and md.count(line) == 2  # the headline and the benchmark's section
+    assert "not compared with its SFT start `base-sft`: different problem sets." in headline
+    assert table_["base-sft"]["arith.indistinguishable_from_best"] == ""  # unknown, not "False"
+    assert table_["lr-low"]["arith.indistinguishable_from_best"] == "False"
+    refused = {(c["model"], c["relation"]): c["refused"] for c in comparisons if c["refused"]}
+    assert refused[("base-sft", "best")] == "different problem sets"
+
+
+def test_benchmark_warnings_sit_with_that_benchmarks_numbers(tmp_path, config):
+    """The demo's case: a tiny model truncates every gsm8k_sample completion. The first screen is the result;
+    the truncation warnings stand under gsm8k_sample's table, and the primary benchmark has none."""
+    evals = []
+    for model, k in (("base-sft", 100), ("lr-low", 120), ("lr-high", 130)):
+        evals.append(write_eval(tmp_path, model, "arith", [i < k for i in range(200)]))
+        path = Path(write_eval(tmp_path, model, "gsm8k_sample", [False] * 8))
+        data = json.loads(path.read_text())
+        data["metrics"]["truncation_rate"] = 1.0
+        path.write_text(json.dumps(data))
+        evals.append(str(path))
+    _, md, _, _, _ = report(tmp_path, config, evals, primary="arith")
+    top = md.split("## Ranking")[0]
+    assert top.splitlines()[2].startswith("**Best on `arith` (primary benchmark): `lr-high`**")
+    assert "gsm8k_sample" not in top and "max_new_tokens" not in top
+    section = md.split("### `gsm8k_sample`: 8 problems")[1].split("##")[0]
+    for model in ("base-sft", "lr-low", "lr-high"):
+        assert f"⚠ `{model}` on `gsm8k_sample`: 100.0% of completions hit max_new_tokens (48)" in section
+    assert md.count("hit max_new_tokens") == 3
+
+
+def test_sampled_benchmark_uses_a_permutation_test(tmp_path, config):
     gen = {
         **GREEDY,
         "greedy": False,
@@ -365,4 +415,42 @@ def test_second_grader_counts_disagreements_with_lightevals_math_verify(tmp_path
     assert (
         float(row["arith.accuracy_math_verify"]) == pytest.approx(2 / 3)
         and row["arith.disagreements_math_verify"] == "1"
+    )
+
+
+HEALTH_ROWS = Path(__file__).resolve().parent.parent / "health"
+
+
+def _recorded_run(root: Path, exp: str, recording: str) -> str:
+    """A real run's train_metrics.jsonl (tests/health/, written by the runs their test names) as ``exp``'s."""
+    path = root / "results" / exp / "train_metrics.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text((HEALTH_ROWS / recording).read_text())
+    return str(path)
+
+
+def test_training_health_is_reported_and_the_best_run_that_did_not_learn_says_so(tmp_path):
+    cfg = resolve_config(
+        raw_config({"flat": {"grpo": {"total_steps": 20}}, "learning": {"grpo": {"total_steps": 200}}})
+    )
+    flat, base = table(gained=27, lost=5, both=55, neither=113)  # the flat run is best on held-out accuracy
+    evals = [
+        write_eval(tmp_path, "base-sft", "arith", base),
+        write_eval(tmp_path, "flat", "arith", flat),
+        write_eval(tmp_path, "learning", "arith", base),
+    ]
+    training = [
+        _recorded_run(tmp_path, "flat", "lr0-tunix.train_metrics.jsonl"),
+        _recorded_run(tmp_path, "learning", "demo-seed2.train_metrics.jsonl"),
+    ]
+    _, summary, _, _, _ = report(tmp_path, cfg, evals, training, primary="arith", benchmarks=["arith"])
+    headline = next(line for line in summary.splitlines() if line.startswith("**Best on"))
+    assert "`flat`" in headline and headline.endswith(
+        "Its training health: **no evidence of learning** (see Training health)."
+    )
+    section = summary.split("## Training health", 1)[1].split("\n## ", 1)[0]
+    assert "| `flat` | **no evidence of learning** |" in section and "reward_flat (step 10)" in section
+    assert (
+        "| `learning` | **learned** | 0.467 → 0.693 (+0.226 [+0.169, +0.284], first vs last 20 steps) | none |"
+        in section
     )

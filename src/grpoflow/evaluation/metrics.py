@@ -8,7 +8,7 @@ Per benchmark (over all completions, so a sampled run's accuracy is the mean per
 accuracy (+ its standard error over problems), format/partial accuracy, "no answer found" rate, truncation
 rate, mean/median response tokens, which extraction rule found the answers; with k > 1 samples also the
 unbiased pass@k estimator (Chen et al. 2021) for k = 1, 2, 4, … and maj@k (majority vote over the extracted
-answers).
+answers, equivalent answers voting together by the verifier's own comparison).
 """
 
 from __future__ import annotations
@@ -54,20 +54,53 @@ def pass_k_values(n: int) -> list[int]:
     return ks if ks[-1] == n else ks + [n]
 
 
-def _vote_key(extracted) -> str:
-    # Spacing and thousands separators never change a value; anything subtler is the verifier's job.
-    return "".join(str(extracted).split()).replace(",", "")
+# Answer comparisons one problem's vote may make (each at most the verifier's math-verify deadline): 16 distinct
+# answers need at most 120, but the usual handful of distinct answers a few; past the budget an answer that no
+# comparison placed yet votes on its own.
+MAX_VOTE_COMPARISONS = 64
+
+
+def vote_clusters(answers: list[str]) -> list[int]:
+    """The vote each answer casts: answers the verifier finds equal (``grpoflow.rewards.answers_equal``, the
+    comparison it grades a ground truth with: ``1/2`` = ``0.5``, ``1,000`` = ``1000``, ``1,2`` ≠ ``12``) share one,
+    numbered in order of first appearance. Identical texts are decided once; each new text is compared with the
+    first answer of each vote so far, most votes first, within ``MAX_VOTE_COMPARISONS``."""
+    first: list[str] = []  # each vote's first answer
+    size: list[int] = []
+    by_text: dict[str, int] = {}
+    out = []
+    budget = MAX_VOTE_COMPARISONS
+    for answer in answers:
+        text = str(answer).strip()
+        vote = by_text.get(text)
+        if vote is None:
+            for j in sorted(range(len(first)), key=lambda j: -size[j]):
+                if budget <= 0:
+                    break
+                budget -= 1
+                if rewards.answers_equal(text, first[j])[0]:
+                    vote = j
+                    break
+            if vote is None:
+                vote = len(first)
+                first.append(text)
+                size.append(0)
+            by_text[text] = vote
+        size[vote] += 1
+        out.append(vote)
+    return out
 
 
 def majority_correct(scores: list[dict]) -> bool:
-    """maj@k: the most frequent extracted answer (ties: the one seen first) is correct. No answer at all → wrong."""
+    """maj@k: the answer with the most votes (equivalent answers vote together: ``vote_clusters``; ties: the one
+    seen first) is correct. No answer at all → wrong."""
     votes = [s for s in scores if s["found"] and s["extracted"] is not None]
     if not votes:
         return False
-    counts = Counter(_vote_key(s["extracted"]) for s in votes)
-    best = max(counts.values())
-    winner = next(s for s in votes if counts[_vote_key(s["extracted"])] == best)
-    return winner["correct"]
+    clusters = vote_clusters([s["extracted"] for s in votes])
+    counts = Counter(clusters)
+    winner = min(counts, key=lambda c: (-counts[c], c))  # clusters are numbered by first appearance
+    return votes[clusters.index(winner)]["correct"]
 
 
 def aggregate(scored: list[list[dict]]) -> dict:

@@ -21,13 +21,34 @@ BOXED_PROMPT = {
     "system": None,
     "template": "{question}\nPlease reason step by step, and put your final answer within \\boxed{}.",
 }
+# OlympiadBench asks for every answer of a multi-answer problem, and its grader wants them all (format
+# answer_list): the prompt says how to give several, as OlympiadBench's own English prompt does ("\boxed{multiple
+# answers connected with commas}"; lighteval's olympiade_bench.py).
+ALL_ANSWERS_PROMPT = {
+    "system": None,
+    "template": "{question}\nPlease reason step by step, and put your final answer within \\boxed{}. If the problem "
+    "has more than one answer, put all of them in that \\boxed{}, separated by commas.",
+}
 GREEDY = {"preset": "greedy"}
 # Small competition sets (30-40 problems) are reported as the mean accuracy over n samples per problem
-# (avg@n, "pass@1" in DeepSeek-R1's and open-r1's tables): one greedy answer per problem is too noisy.
-SAMPLED = {"preset": "standard", "temperature": 0.6, "top_p": 0.95, "top_k": -1, "samples": 16}
+# (avg@n, "pass@1" in DeepSeek-R1's and open-r1's tables): one greedy answer per problem is too noisy. Their
+# solutions run to thousands of tokens: open-r1 evaluates AIME with lighteval at max_new_tokens 32768 (README
+# and Makefile at 1416fa0; lighteval's aime24/aime25 tasks leave generation_size to it), and the global default
+# of 1,024 cuts most of them off. AMC 2023 gets the same limit (neither lighteval nor open-r1 has an AMC task).
+SAMPLED = {
+    "preset": "standard",
+    "temperature": 0.6,
+    "top_p": 0.95,
+    "top_k": -1,
+    "samples": 16,
+    "max_new_tokens": 32768,
+}
 
 BUILTIN: dict[str, dict] = {
     "gsm8k": {
+        # The split (and config) of the Hub repo the file or split below is, for the model card.
+        "hub_split": "test",
+        "hub_config": "main",
         "title": "GSM8K test (1,319 grade-school word problems)",
         "license": "MIT",
         "dataset": {
@@ -44,6 +65,9 @@ BUILTIN: dict[str, dict] = {
         "decoding": GREEDY,
     },
     "math500": {
+        # The split (and config) of the Hub repo the file or split below is, for the model card.
+        "hub_split": "test",
+        "hub_config": None,
         "title": "MATH-500 (500 MATH test problems, 'Let's Verify Step by Step')",
         "license": "MIT",
         "dataset": {
@@ -62,6 +86,9 @@ BUILTIN: dict[str, dict] = {
         "breakdown": ["subject", "level"],
     },
     "aime2024": {
+        # The split (and config) of the Hub repo the file or split below is, for the model card.
+        "hub_split": "train",
+        "hub_config": None,
         "title": "AIME 2024 I and II (30 problems)",
         "license": None,
         "dataset": {
@@ -79,6 +106,9 @@ BUILTIN: dict[str, dict] = {
         "decoding": SAMPLED,
     },
     "aime2025": {
+        # The split (and config) of the Hub repo the file or split below is, for the model card.
+        "hub_split": "test",
+        "hub_config": None,
         "title": "AIME 2025 I and II (30 problems)",
         "license": None,
         "dataset": {
@@ -95,6 +125,9 @@ BUILTIN: dict[str, dict] = {
         "decoding": SAMPLED,
     },
     "amc23": {
+        # The split (and config) of the Hub repo the file or split below is, for the model card.
+        "hub_split": "test",
+        "hub_config": None,
         "title": "AMC 2023 (40 problems)",
         "license": None,
         "dataset": {
@@ -111,6 +144,9 @@ BUILTIN: dict[str, dict] = {
         "decoding": SAMPLED,
     },
     "olympiadbench": {
+        # The split (and config) of the Hub repo the file or split below is, for the model card.
+        "hub_split": "train",
+        "hub_config": "OE_TO_maths_en_COMP",
         "title": "OlympiadBench, English open-ended text-only maths competition problems (OE_TO_maths_en_COMP, 674)",
         "license": "Apache-2.0",
         "dataset": {
@@ -127,9 +163,13 @@ BUILTIN: dict[str, dict] = {
             "id_key": "id",
         },
         "decoding": GREEDY,
+        "prompt": ALL_ANSWERS_PROMPT,
         "breakdown": ["subfield"],
     },
     "minerva": {
+        # The split (and config) of the Hub repo the file or split below is, for the model card.
+        "hub_split": "test",
+        "hub_config": None,
         "title": "Minerva Math (272 undergraduate STEM problems, OCWCourses)",
         "license": None,
         "dataset": {
@@ -157,13 +197,17 @@ def builtin_datasets(evaluation: dict, datasets: dict) -> dict[str, dict]:
     for bench in (evaluation.get("benchmarks") or {}).values():
         name = (bench or {}).get("builtin")
         if name in BUILTIN and bench.get("dataset", name) == name and name not in datasets:
-            out[name] = {**copy.deepcopy(BUILTIN[name]["dataset"]), "prompt": dict(BOXED_PROMPT)}
+            out[name] = {
+                **copy.deepcopy(BUILTIN[name]["dataset"]),
+                "prompt": dict(BUILTIN[name].get("prompt", BOXED_PROMPT)),
+            }
     return out
 
 
 def resolve_builtin_benchmarks(evaluation: dict) -> dict:
     """``evaluation`` with each built-in benchmark completed: its dataset and split, its recommended decoding and
-    breakdown, except where the benchmark sets them itself."""
+    breakdown, except where the benchmark sets them itself (and its token limit, except where
+    ``evaluation.max_new_tokens`` is set)."""
     evaluation = copy.deepcopy(evaluation)
     for bench in evaluation.get("benchmarks", {}).values():
         name = bench.get("builtin")
@@ -173,6 +217,9 @@ def resolve_builtin_benchmarks(evaluation: dict) -> dict:
         bench.setdefault("dataset", name)
         bench["split"] = "test"
         for key, value in entry["decoding"].items():
+            # A token limit set for the whole evaluation is the user's: the built-in one only fills its absence.
+            if key == "max_new_tokens" and evaluation.get("max_new_tokens") is not None:
+                continue
             bench.setdefault(key, value)
         if entry.get("breakdown"):
             bench.setdefault("breakdown", list(entry["breakdown"]))
@@ -180,7 +227,9 @@ def resolve_builtin_benchmarks(evaluation: dict) -> dict:
 
 
 def hub_source(name: str) -> dict | None:
-    """Where a built-in benchmark comes from, for model cards: {repo_id, revision, split/file, title}."""
+    """Where a built-in benchmark comes from, for model cards: {repo_id, revision, split, config, title, license},
+    the split and config being the Hub repo's own (AIME 2024's problems are the Hub's ``train`` split, which
+    grpoflow evaluates as its ``test`` split)."""
     entry = BUILTIN.get(name)
     if entry is None:
         return None
@@ -188,6 +237,8 @@ def hub_source(name: str) -> dict | None:
     return {
         "repo_id": hub["repo_id"],
         "revision": hub["revision"],
+        "split": entry["hub_split"],
+        "config": entry["hub_config"],
         "title": entry["title"],
         "license": entry["license"],
     }
