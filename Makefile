@@ -18,7 +18,7 @@ STAMP := $(VENV)/.grpoflow-installed
 TUNIX_VENV := .venv-tunix
 TUNIX_STAMP := $(TUNIX_VENV)/.grpoflow-installed
 
-.PHONY: setup setup-tunix demo demo-tunix test test-system-packages lint dag clean-results
+.PHONY: setup setup-tunix demo demo-tunix test test-system-packages lint dag clean-results gpu-acceptance
 
 setup: $(STAMP)
 
@@ -55,6 +55,13 @@ test: setup setup-tunix lint test-system-packages
 # CI=true). Installing from inside two tests at once lost dpkg's lock on a fresh machine.
 test-system-packages:
 	@bash requirements/test-system-packages || true
+
+# The GPU acceptance checks (docs/gpu-acceptance.md): run on a CUDA machine with its own python3 (torch with CUDA)
+# after the carried wheels are installed; under 8 minutes; the table goes to $$OUT or ./gpu-acceptance-out.
+# On the CPU: `make gpu-acceptance GPU_ARGS=--plan` (the wheels to carry) or GPU_ARGS=--dry.
+GPU_PYTHON ?= python3
+gpu-acceptance:
+	$(GPU_PYTHON) benchmarks/gpu_acceptance.py $(GPU_ARGS)
 
 dag: setup  # the DAG picture of the README (needs Graphviz's `dot`)
 	$(BIN)/snakemake --dag | dot -Tsvg > dag.svg
