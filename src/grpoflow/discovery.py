@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from grpoflow.errors import DataError
+from grpoflow.hubid import HUB_ID
 from grpoflow.io import atomic_write_json, read_json
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,6 @@ WEIGHT_FILES = (
     "pytorch_model.bin.index.json",
 )
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def check_hf_dir(path: Path) -> dict:
@@ -210,7 +210,7 @@ def model_path(sft_json: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from grpoflow.workflow import guarded
+    from grpoflow.joblog import guarded
 
     parser = argparse.ArgumentParser(prog="python -m grpoflow.discovery", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)

@@ -178,7 +178,7 @@ def check(kind: str, overrides: dict[str, str] | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from grpoflow.workflow import guarded, setup_logging
+    from grpoflow.joblog import guarded, setup_logging
 
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["train-trl-gpu"] and len(args) in (2, 3) and args[2:] in ([], ["lora"]):

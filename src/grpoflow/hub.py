@@ -26,9 +26,9 @@ from pathlib import Path
 import yaml
 
 from grpoflow.config import is_credential_name
-from grpoflow.discovery import HUB_ID
 from grpoflow.errors import GrpoflowError
 from grpoflow.evaluation.generation import first_line
+from grpoflow.hubid import HUB_ID
 from grpoflow.io import atomic_write_json, read_json, sha256_file
 
 log = logging.getLogger(__name__)

@@ -239,7 +239,7 @@ def _check_weights_safetensors(model_dir: Path, base_dir: Path | None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """python -m grpoflow.merge BACKEND CHECKPOINT_DIR STEP SFT_JSON MARKER OUT_DIR (the rule's call, by hand)."""
-    from grpoflow.workflow import guarded, setup_logging
+    from grpoflow.joblog import guarded, setup_logging
 
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 6:

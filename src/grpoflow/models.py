@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 from grpoflow.errors import DataError
+from grpoflow.hubid import is_hub_id
 from grpoflow.io import atomic_write_json, read_json, sha256_file
 
 log = logging.getLogger(__name__)
@@ -88,17 +89,6 @@ def hf_home_dir(raw: str | None) -> str:
 
     value = raw or DEFAULT_HF_HOME
     return shlex.quote(value) if os.path.isabs(value) else f'"$PWD"/{shlex.quote(value)}'
-
-
-def is_hub_id(model: str | None) -> bool:
-    from grpoflow.discovery import HUB_ID
-
-    return (
-        bool(model)
-        and bool(HUB_ID.match(model))
-        and not model.startswith(("./", "../", "/"))
-        and not os.path.exists(model)
-    )
 
 
 def hub_start_models(cfg) -> dict[str, dict]:

@@ -110,7 +110,7 @@ def test_scanner_keeps_complete_step_dirs_in_step_order(tmp_path):
 def test_metrics_mapping_takes_numbers_first_listed_source_wins(tmp_path):
     table = {"a/mean": "a", "a_old": "a", "b": "b", "c": "c", "d": "d"}
     row = common.map_metrics(4, {"a_old": 1.0, "a/mean": 2.0, "b": math.nan, "c": True, "d": 3, "e": 5}, table)
-    assert row == {"step": 4, "a": 2.0, "d": 3}
+    assert row == {"step": 4, "a": 2.0, "d": 3, "nonfinite": ["b"]}  # NaN is named, not dropped (grpoflow.health)
     assert common.map_metrics(5, {"a_old": 1.5}, table) == {"step": 5, "a": 1.5}
     out = tmp_path / "train_metrics.jsonl"
     common.write_metrics(out, [row])

@@ -18,6 +18,7 @@ import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from grpoflow.backends.verl.overrides import reward_environment, reward_overrides  # noqa: E402
 from grpoflow.errors import ConfigError, GrpoflowError  # noqa: E402
 from grpoflow.rewards import RewardSet, Sample, groups_of  # noqa: E402
 from grpoflow.rewards import verl as rverl  # noqa: E402
@@ -73,7 +74,7 @@ def test_overrides_compose_and_land_where_verl_reads_them():
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    overrides = rverl.hydra_overrides(KAGGLE)
+    overrides = reward_overrides(KAGGLE)
     cfg = _compose(BASE + overrides)  # raises on keys verl does not know
     rf = cfg.reward.custom_reward_function
     assert rf.path == "pkg://grpoflow.rewards.verl" and rf.name == "compute_score"
@@ -98,7 +99,7 @@ def test_overrides_compose_and_land_where_verl_reads_them():
 def test_compute_score_loads_by_file_path_too():
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
-    overrides = rverl.hydra_overrides(KAGGLE) + [f"reward.custom_reward_function.path={rverl.COMPUTE_SCORE_PATH}"]
+    overrides = reward_overrides(KAGGLE) + [f"reward.custom_reward_function.path={rverl.COMPUTE_SCORE_PATH}"]
     fn = get_custom_reward_fn(_compose(BASE + overrides))
     out = fn(
         data_source="grpoflow/x", solution_str=RESPONSES[0][0], ground_truth="72", extra_info={rverl.TOKENS_KEY: 20}
@@ -108,12 +109,12 @@ def test_compute_score_loads_by_file_path_too():
 
 def test_overrides_without_group_terms_keep_verl_grpo():
     cfg_rewards = {"funcs": ["accuracy", "format"], "weights": [1.0, 0.2]}
-    overrides = rverl.hydra_overrides(cfg_rewards)
+    overrides = reward_overrides(cfg_rewards)
     assert not any(o.startswith(("algorithm.", "+algorithm.")) for o in overrides)
-    assert rverl.environment(cfg_rewards) == {}
+    assert reward_environment(cfg_rewards) == {}
     cfg = _compose(BASE + overrides)
     assert cfg.algorithm.adv_estimator == "grpo"
-    assert rverl.environment(KAGGLE) == {"VERL_USE_EXTERNAL_MODULES": "grpoflow.rewards.verl_plugin"}
+    assert reward_environment(KAGGLE) == {"VERL_USE_EXTERNAL_MODULES": "grpoflow.rewards.verl_plugin"}
 
 
 def test_override_values_survive_hydra_quoting():
@@ -121,12 +122,12 @@ def test_override_values_survive_hydra_quoting():
         "funcs": ["match_format_exactly", "soft_overlong"],
         "params": {"match_format_exactly": {"reasoning_tag": "reasoning"}, "soft_overlong": {"cache": 8}},
     }
-    overrides = rverl.hydra_overrides(cfg_rewards, max_response_length=32)
+    overrides = reward_overrides(cfg_rewards, max_response_length=32)
     kw = OmegaConf.to_container(_compose(BASE + overrides).reward.custom_reward_function.reward_kwargs)
     assert kw["params"]["match_format_exactly"] == {"reasoning_tag": "reasoning", "answer_tag": "answer"}
     assert kw["params"]["soft_overlong"] == {"max_len": 32, "cache": 8}
     with pytest.raises(ConfigError, match="soft_overlong.max_len"):
-        rverl.hydra_overrides({"funcs": ["soft_overlong"]})
+        reward_overrides({"funcs": ["soft_overlong"]})
 
 
 # ---- compute_score through verl's reward loop ---------------------------------------------------------------
@@ -167,7 +168,7 @@ def scored(tokenizer_dir, tokenizer):
     """verl's RewardLoopWorker (as the Ray reward workers run it) scoring the responses with our function."""
     from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
-    cfg = _compose(BASE + rverl.hydra_overrides(KAGGLE) + [f"actor_rollout_ref.model.path={tokenizer_dir}"])
+    cfg = _compose(BASE + reward_overrides(KAGGLE) + [f"actor_rollout_ref.model.path={tokenizer_dir}"])
     worker = RewardLoopWorker(cfg)
     data, r_mask, n_tokens = _dataproto(tokenizer, RESPONSES, UIDS)
     outputs = worker.loop.run_until_complete(worker.compute_score_batch(data))
@@ -257,7 +258,7 @@ def test_estimator_applies_length_and_znorm_like_the_trl_path(scored):
     """verl path (compute_score → rm_scores → estimator) == TRL path (RewardSet.score → normalized) → GRPO."""
     from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, get_adv_estimator_fn
 
-    cfg = _compose(BASE + rverl.hydra_overrides(KAGGLE))
+    cfg = _compose(BASE + reward_overrides(KAGGLE))
     fn = get_adv_estimator_fn("grpoflow")
     index = np.array(UIDS, dtype=object)
     ours, returns = fn(
@@ -316,7 +317,7 @@ def test_estimator_registered_through_verl_use_external_modules():
         "import verl; from verl.trainer.ppo.core_algos import get_adv_estimator_fn; "
         "print(get_adv_estimator_fn('grpoflow').__module__)"
     )
-    env = {**os.environ, **rverl.environment(KAGGLE)}
+    env = {**os.environ, **reward_environment(KAGGLE)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("grpoflow.rewards.verl_plugin")

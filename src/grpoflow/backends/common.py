@@ -213,9 +213,9 @@ def spec_command(backend: str, spec: dict) -> str:
 def train_main(backend: str, argv: list[str] | None, env_check: str | Callable[[dict], None] | None = None) -> int:
     """Parse ``--spec``, log the interpreter, run the environment check ``env_check`` (a grpoflow.envcheck kind, or
     a function of the spec; seconds, before any trainer import), then ``grpoflow.backends.<backend>.runner.run_training(spec)``; any failure is one
-    ``grpoflow: error:`` line (grpoflow.workflow.guarded)."""
+    ``grpoflow: error:`` line (grpoflow.joblog.guarded)."""
     from grpoflow import envcheck
-    from grpoflow.workflow import guarded, setup_logging
+    from grpoflow.joblog import guarded, setup_logging
 
     parser = argparse.ArgumentParser(
         prog=f"python -m grpoflow.backends.{backend}.train",

@@ -13,8 +13,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpoflow.discovery import HUB_ID, check_remote_code
+from grpoflow.discovery import check_remote_code
 from grpoflow.errors import DataError, GrpoflowError
+from grpoflow.hubid import HUB_ID
 from grpoflow.io import read_json
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ Public API (see docs/rewards.md):
   ``check_reward_config(rewards_cfg, where)`` validates a config section.
 - ``RewardSet(rewards_cfg)``: the weighted sum (+ optional per-prompt z-norm) over a batch of ``Sample``s.
 - Adapters: ``grpoflow.rewards.trl.build_reward_funcs`` (TRL GRPOTrainer) and ``grpoflow.rewards.verl``
-  (``compute_score``, ``hydra_overrides``, ``environment``; the advantage estimator lives in
-  ``grpoflow.rewards.verl_plugin``).
+  (``compute_score``; the advantage estimator lives in ``grpoflow.rewards.verl_plugin``; the verl backend's
+  ``overrides.reward_overrides`` wires both into a verl command).
 """
 
 from grpoflow.rewards.combine import RewardSet, Scores, contiguous_groups, groups_of, znorm

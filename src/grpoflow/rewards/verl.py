@@ -1,4 +1,5 @@
-"""verl 0.9.1 adapter: the reward function, and the Hydra overrides + environment that wire it in.
+"""verl 0.9.1 adapter: the reward function verl loads. The Hydra overrides and the environment that wire it into a
+verl command are the verl backend's (grpoflow.backends.verl.overrides.reward_overrides / reward_environment).
 
 verl calls ``compute_score(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)`` once per
 response, in a thread pool of its reward workers; the reward config arrives as ``reward_kwargs`` (from
@@ -27,13 +28,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from grpoflow.errors import ConfigError
-from grpoflow.rewards.combine import RewardSet, needs_group_terms
+from grpoflow.rewards.combine import RewardSet
 from grpoflow.rewards.funcs import Sample
 
 __all__ = [
     "compute_score",
-    "hydra_overrides",
-    "environment",
     "tag_score",
     "untag_scores",
     "ESTIMATOR",
@@ -100,7 +99,7 @@ def _rewards_cfg(reward_kwargs: dict) -> dict:
     if "funcs" not in reward_kwargs:
         raise ConfigError(
             "config error: grpoflow's verl compute_score got no reward config: add the overrides from "
-            "grpoflow.rewards.verl.hydra_overrides(rewards) (+reward.custom_reward_function.reward_kwargs.funcs=...)"
+            "grpoflow.backends.verl.overrides.reward_overrides(rewards) (+reward.custom_reward_function.reward_kwargs.funcs=...)"
         )
     keys = ("funcs", "weights", "normalize", "eps", "params")
     return {k: _plain(reward_kwargs[k]) for k in keys if k in reward_kwargs and reward_kwargs[k] is not None}
@@ -133,56 +132,3 @@ def compute_score(
         "verify_error": float(verdict.error),
     }
     return out
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Wiring it into a verl command
-
-
-def hydra_overrides(rewards_cfg: dict, *, max_response_length: int | None = None) -> list[str]:
-    """The Hydra overrides that make verl 0.9.1 train on ``rewards_cfg`` (only keys 0.9.1 reads).
-
-    Always: the custom reward function (``reward.custom_reward_function.path/name``), grpoflow's reward manager
-    (passes token counts, so length-based rewards count tokens), the resolved reward config as
-    ``+reward.custom_reward_function.reward_kwargs.*``. With group-level terms (``length``, ``normalize:
-    per_prompt``): ``algorithm.adv_estimator=grpoflow`` and its settings under ``+algorithm.grpoflow.*``
-    (the estimator module must be imported: see ``environment``)."""
-    from grpoflow.backends.verl.overrides import hydra_value  # the verl command's own value writer (pure Python)
-
-    rset = RewardSet(rewards_cfg, max_response_length=max_response_length)
-    unsupported = [f for f in rset.group_funcs if f not in GROUP_REWARDS]
-    if unsupported:
-        raise ConfigError(
-            f"config error: rewards.funcs: group-level reward(s) {unsupported} have no verl implementation"
-        )
-    kw = "+reward.custom_reward_function.reward_kwargs"
-    out = [
-        # By module name, not file path: the command does not change when the project moves, and every node
-        # imports the installed package (the file, COMPUTE_SCORE_PATH, works as a path too).
-        f"reward.custom_reward_function.path={hydra_value('pkg://' + SCORE_MODULE)}",
-        "reward.custom_reward_function.name=compute_score",
-        "reward.reward_manager.source=importlib",
-        f"reward.reward_manager.name={REWARD_MANAGER}",
-        f"reward.reward_manager.module.path={hydra_value('pkg://' + PLUGIN_MODULE)}",
-        f"{kw}.funcs={hydra_value(rset.funcs)}",
-        f"{kw}.weights={hydra_value(rset.weights)}",
-        f"{kw}.normalize={hydra_value(rset.normalize)}",
-        f"{kw}.eps={hydra_value(rset.eps)}",
-    ]
-    for name in rset.funcs:
-        for pname, value in rset.params[name].items():
-            out.append(f"{kw}.params.{name}.{pname}={hydra_value(value)}")
-    if rset.needs_groups:
-        out += [
-            f"algorithm.adv_estimator={ESTIMATOR}",
-            f"+algorithm.grpoflow.length_weight={hydra_value(rset.weight('length') if 'length' in rset.funcs else 0.0)}",
-            f"+algorithm.grpoflow.normalize={hydra_value(rset.normalize)}",
-            f"+algorithm.grpoflow.eps={hydra_value(rset.eps)}",
-        ]
-    return out
-
-
-def environment(rewards_cfg: dict) -> dict[str, str]:
-    """Environment variables verl needs on every node (exported before ``ray start`` and for the driver):
-    ``VERL_USE_EXTERNAL_MODULES`` so that ``import verl`` registers the ``grpoflow`` advantage estimator."""
-    return {"VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE} if needs_group_terms(rewards_cfg) else {}

@@ -51,7 +51,7 @@ def _settings(config) -> dict:
     if section is None:
         raise GrpoflowError(
             "algorithm.adv_estimator=grpoflow needs its settings (+algorithm.grpoflow.*): build the verl command "
-            "with grpoflow.rewards.verl.hydra_overrides(rewards)"
+            "with grpoflow.backends.verl.overrides.reward_overrides(rewards)"
         )
     return {
         "length_weight": float(section.get("length_weight", 0.0)),
@@ -95,7 +95,7 @@ def compute_grpoflow_advantage(
             raise GrpoflowError(
                 f"{int((~tagged).sum())} of {len(tagged)} rewards reaching the grpoflow advantage estimator were "
                 "not written by grpoflow's compute_score: set reward.custom_reward_function from "
-                "grpoflow.rewards.verl.hydra_overrides(rewards)"
+                "grpoflow.backends.verl.overrides.reward_overrides(rewards)"
             )
         rewards = clean.astype(np.float64)
         lengths = response_mask.sum(dim=-1).detach().cpu().numpy()

@@ -25,6 +25,7 @@ from grpoflow.errors import ConfigError
 # Imported here, unguarded: an import error of the reward module stops the command's composition (the DAG build,
 # `snakemake -n`, validate) at once, not verl's first step on a command without the custom reward.
 from grpoflow.rewards import verl as rewards_verl
+from grpoflow.rewards.combine import RewardSet, needs_group_terms
 
 ENTRYPOINT = "python -m verl.trainer.main_ppo"
 
@@ -129,15 +130,54 @@ def _lora(grpo: dict) -> list[tuple[str, Any, str]]:
     ]
 
 
-def _reward_overrides(rewards: dict, max_response_length: int) -> list[str]:
-    """The reward part of the command, owned by grpoflow.rewards (custom compute_score, its kwargs, the group
-    advantage estimator)."""
-    return list(rewards_verl.hydra_overrides(rewards, max_response_length=max_response_length))
+# ---- the reward part: grpoflow's scorer and advantage estimator, as verl 0.9.1 loads them (grpoflow.rewards.verl)
 
 
-def reward_environment(rewards: dict) -> dict[str, str]:
-    """Environment the reward module needs on every node (e.g. VERL_USE_EXTERNAL_MODULES for the estimator)."""
-    return dict(rewards_verl.environment(rewards))
+def reward_overrides(rewards_cfg: dict, *, max_response_length: int | None = None) -> list[str]:
+    """The Hydra overrides that make verl 0.9.1 train on ``rewards_cfg`` (only keys 0.9.1 reads).
+
+    Always: the custom reward function (``reward.custom_reward_function.path/name``), grpoflow's reward manager
+    (passes token counts, so length-based rewards count tokens), the resolved reward config as
+    ``+reward.custom_reward_function.reward_kwargs.*``. With group-level terms (``length``, ``normalize:
+    per_prompt``): ``algorithm.adv_estimator=grpoflow`` and its settings under ``+algorithm.grpoflow.*``
+    (the estimator module must be imported: see ``environment``)."""
+    rset = RewardSet(rewards_cfg, max_response_length=max_response_length)
+    unsupported = [f for f in rset.group_funcs if f not in rewards_verl.GROUP_REWARDS]
+    if unsupported:
+        raise ConfigError(
+            f"config error: rewards.funcs: group-level reward(s) {unsupported} have no verl implementation"
+        )
+    kw = "+reward.custom_reward_function.reward_kwargs"
+    out = [
+        # By module name, not file path: the command does not change when the project moves, and every node
+        # imports the installed package (the file, COMPUTE_SCORE_PATH, works as a path too).
+        f"reward.custom_reward_function.path={hydra_value('pkg://' + rewards_verl.SCORE_MODULE)}",
+        "reward.custom_reward_function.name=compute_score",
+        "reward.reward_manager.source=importlib",
+        f"reward.reward_manager.name={rewards_verl.REWARD_MANAGER}",
+        f"reward.reward_manager.module.path={hydra_value('pkg://' + rewards_verl.PLUGIN_MODULE)}",
+        f"{kw}.funcs={hydra_value(rset.funcs)}",
+        f"{kw}.weights={hydra_value(rset.weights)}",
+        f"{kw}.normalize={hydra_value(rset.normalize)}",
+        f"{kw}.eps={hydra_value(rset.eps)}",
+    ]
+    for name in rset.funcs:
+        for pname, value in rset.params[name].items():
+            out.append(f"{kw}.params.{name}.{pname}={hydra_value(value)}")
+    if rset.needs_groups:
+        out += [
+            f"algorithm.adv_estimator={rewards_verl.ESTIMATOR}",
+            f"+algorithm.grpoflow.length_weight={hydra_value(rset.weight('length') if 'length' in rset.funcs else 0.0)}",
+            f"+algorithm.grpoflow.normalize={hydra_value(rset.normalize)}",
+            f"+algorithm.grpoflow.eps={hydra_value(rset.eps)}",
+        ]
+    return out
+
+
+def reward_environment(rewards_cfg: dict) -> dict[str, str]:
+    """Environment variables verl needs on every node (exported before ``ray start`` and for the driver):
+    ``VERL_USE_EXTERNAL_MODULES`` so that ``import verl`` registers the ``grpoflow`` advantage estimator."""
+    return {"VERL_USE_EXTERNAL_MODULES": rewards_verl.PLUGIN_MODULE} if needs_group_terms(rewards_cfg) else {}
 
 
 def build(exp: dict, experiment: str, inputs: dict, checkpoint_dir: str) -> list[Override]:
@@ -260,8 +300,8 @@ def build(exp: dict, experiment: str, inputs: dict, checkpoint_dir: str) -> list
         ("trainer.experiment_name", experiment, "experiments (its name)"),
     ]
     out = [_make(k, v, src) for k, v, src in items]
-    for text in _reward_overrides(exp["rewards"], grpo["max_response_length"]):
-        prefix, key, value = parse_override(text, "grpoflow.rewards.verl.hydra_overrides()")
+    for text in reward_overrides(exp["rewards"], max_response_length=grpo["max_response_length"]):
+        prefix, key, value = parse_override(text, "grpoflow.backends.verl.overrides.reward_overrides()")
         path = _checkout_path(value or "")
         new = _make(key, run_path(path), "rewards") if path else Override(key, value or "", "rewards", prefix)
         out = _replace(out, new)

@@ -429,7 +429,7 @@ def _progress(step: int | None, planned: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from grpoflow.workflow import guarded, setup_logging
+    from grpoflow.joblog import guarded, setup_logging
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" not in argv:
