@@ -246,7 +246,7 @@ class DiskNeed:
 
 def check_disk(cfg, experiments: list[str], statvfs=os.statvfs) -> tuple[list[str], list[str]]:
     """(failures, notes): the checkpoint dirs' filesystems against the checkpoints the runs will keep."""
-    from grpoflow.config import saved_steps
+    from grpoflow.schema import saved_steps
 
     by_fs: dict[int, list[DiskNeed]] = {}
     notes = []

@@ -11,7 +11,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from grpoflow.config import config_hash
+from grpoflow.schema import config_hash
 
 TRACKED_PACKAGES = (
     "grpoflow",

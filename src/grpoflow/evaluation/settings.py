@@ -4,9 +4,12 @@ generation settings they resolve to (presets, overrides, checks)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-from grpoflow.config import WorkflowConfig
 from grpoflow.errors import ConfigError
+
+if TYPE_CHECKING:  # grpoflow.config calls this module's checks: a runtime import would close a circle
+    from grpoflow.config import WorkflowConfig
 
 # Structural keys decide *what* is evaluated (the DAG), not *how*; they are not job params.
 _STRUCTURAL = {"benchmarks", "models", "stages", "resources"}

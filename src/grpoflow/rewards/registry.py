@@ -99,8 +99,8 @@ def register(
 
 
 def registry() -> dict[str, RewardSpec]:
-    import grpoflow.rewards.funcs  # noqa: F401  (the declarations populate REGISTRY)
-
+    """Every declared reward. The declarations in ``funcs`` populate it: importing this module imports the
+    ``grpoflow.rewards`` package first, which imports ``funcs``."""
     return REGISTRY
 
 
@@ -108,7 +108,7 @@ def check_reward_config(rewards_cfg: dict, where: str = "rewards") -> None:
     """Validate a ``rewards`` section (names, weights, parameters); raise a one-line ``ConfigError``. The section's
     shape and every parameter value are checked against the config schema (``$defs/rewards`` and each
     parameter's ``Param.schema``); what depends on the registry's names is checked here."""
-    from grpoflow.config import check_schema
+    from grpoflow.schema import check_schema
 
     reg = registry()
     check_schema(rewards_cfg, {"$ref": "#/$defs/rewards"}, where=where)

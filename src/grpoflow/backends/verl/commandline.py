@@ -14,7 +14,8 @@ from __future__ import annotations
 import shlex
 
 from grpoflow.backends.verl import overrides as ov
-from grpoflow.config import WorkflowConfig, config_hash
+from grpoflow.config import WorkflowConfig
+from grpoflow.schema import config_hash
 
 # The experiment sections that define what gets trained. The marker's config hash covers exactly these, so
 # changing e.g. upload.repo_id or merge_step neither changes the command nor retrains.

@@ -43,12 +43,12 @@ from grpoflow.backends.common import write_marker, write_metrics
 from grpoflow.backends.verl import ckpt as ck
 from grpoflow.backends.verl import metrics as vm
 from grpoflow.backends.verl.memory import at_job_start as memory_estimate
-from grpoflow.config import saved_steps
 from grpoflow.errors import DataError, GrpoflowError
 from grpoflow.health import HealthMonitor
 from grpoflow.io import exclusive_dir
 from grpoflow.progress import StepProgress
 from grpoflow.provenance import provenance
+from grpoflow.schema import saved_steps
 
 log = logging.getLogger("grpoflow.backends.verl.train")
 
