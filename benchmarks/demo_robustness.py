@@ -36,8 +36,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
-from grpoflow.evaluation.compare import paired, read_outcomes, reward_rise  # noqa: E402
 from grpoflow.provenance import cpu_model  # noqa: E402
+from grpoflow.report.statistics import paired, read_outcomes, reward_rise  # noqa: E402
 
 KERNELS = {"native": {}, "default": {"ATEN_CPU_CAPABILITY": "default"}}
 SFT, EXPERIMENTS, BENCH = "tiny-arith-sft", ("tiny-arith-seed1", "tiny-arith-seed2"), "arith"

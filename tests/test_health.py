@@ -153,3 +153,17 @@ def test_one_low_first_step_does_not_make_a_run_learned():
     health = assess(rows, 20)
     assert health["reward_from_start"]["delta"] > 0.1
     assert health["verdict"] == "no evidence of learning" and health["checks"]["reward_flat"] == 10
+
+
+def test_the_default_health_setting_leaves_the_training_command_unchanged():
+    """A key new to the training spec changes the command, and Snakemake reruns every finished run after an
+    upgrade (and merge and evaluation after it): the default stays out of the spec, a changed setting goes in."""
+    from grpoflow.backends.common import training_spec
+    from grpoflow.config import deep_merge, resolve_config
+
+    raw = yaml.safe_load((SCHEMA.parents[3] / "config" / "config.yaml").read_text())
+    io = ({"sft": "s.json", "train": "t.parquet"}, {"marker": "m.json", "metrics": "x.jsonl"})
+    default = training_spec(resolve_config(raw), "tiny-arith-seed1", *io)
+    changed_cfg = resolve_config(deep_merge(raw, {"defaults": {"health": {"stop_on": ["nonfinite", "reward_drop"]}}}))
+    changed = training_spec(changed_cfg, "tiny-arith-seed1", *io)
+    assert "health" not in default and changed["health"] == {"stop_on": ["nonfinite", "reward_drop"]}

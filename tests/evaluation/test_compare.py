@@ -1,4 +1,4 @@
-"""Paired statistics of the report (grpoflow.evaluation.compare) against values computed by hand from their
+"""Paired statistics of the report (grpoflow.report.statistics) against values computed by hand from their
 textbook formulas (binomial sums, Wilson's closed form, Holm's step-down, the t-interval), plus the properties
 that make a paired comparison trustworthy: seeded, cluster-aware, and never across different problem sets."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from grpoflow.errors import DataError
-from grpoflow.evaluation import compare
+from grpoflow.report import statistics as compare
 
 Z975 = 1.959963984540054  # standard normal 0.975 quantile
 Z80 = 0.8416212335729143  # standard normal 0.80 quantile

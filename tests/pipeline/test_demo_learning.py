@@ -31,8 +31,8 @@ import os
 import pytest
 from grpoflow_testing import LOCAL_PROFILE, REPO, copy_workdir, load_yaml, make_workdir, snakemake, unavailable
 
-from grpoflow.evaluation.compare import paired, read_outcomes, reward_rise
 from grpoflow.health import assess
+from grpoflow.report.statistics import paired, read_outcomes, reward_rise
 
 # One worker runs the whole module: its fixture is the demo through the DAG (the suite's costliest), built once.
 pytestmark = [

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from grpoflow.errors import DataError, GrpoflowError
+from grpoflow.health import STOP_ON_DEFAULT
 from grpoflow.io import atomic_write_json, atomic_write_jsonl
 
 log = logging.getLogger("grpoflow.backends")
@@ -195,7 +196,9 @@ def training_spec(cfg, experiment: str, inputs: dict, outputs: dict, **extra: An
         backend: exp[backend],
         "checkpoint_dir": cfg.checkpoint_dir(experiment),
         "resume_across_changes": exp["resume_across_changes"],
-        "health": exp["health"],
+        # Only when not the default: a key new to the command would rerun every finished run (Snakemake's params
+        # trigger), merge and evaluation after it, for nothing that changes the weights.
+        **({"health": exp["health"]} if exp["health"] != {"stop_on": list(STOP_ON_DEFAULT)} else {}),
         "marker": outputs["marker"],
         "metrics": outputs["metrics"],
         **extra,

@@ -21,7 +21,7 @@ Samples JSONL, one line per completion, in benchmark order::
     finish_reason, truncated, extracted, found, source, correct, partial, format_ok, reason
     (+ meta: the benchmark's `breakdown` columns, when it has one)
 
-The report pairs models problem by problem from these files (``grpoflow.evaluation.compare``), so every
+The report pairs models problem by problem from these files (``grpoflow.report.statistics``), so every
 backend must write them whole: one record per completion, every problem with the same number of samples.
 
 Generation backends

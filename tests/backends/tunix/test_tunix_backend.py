@@ -30,7 +30,7 @@ def test_command_is_the_tunix_entry_point_with_only_training_settings(make_spec,
     spec = make_spec(tmp_path)
     assert set(spec) == {
         "experiment", "sft", "train", "grpo", "rewards", "tunix", "checkpoint_dir",
-        "resume_across_changes", "health", "marker", "metrics",
+        "resume_across_changes", "marker", "metrics",
     }  # fmt: skip
     assert spec["tunix"] == {
         "mesh": {"fsdp": -1, "tp": 1},
