@@ -57,11 +57,11 @@ def test_the_demo_run_learned_and_fired_nothing():
     assert health["checks"] == dict.fromkeys(CHECKS) and health["lines"] == {}
 
 
-def test_a_flat_reward_fires_once_at_twice_the_window(caplog):
+def test_a_flat_reward_fires_once_at_its_second_flat_window(caplog):
     monitor = HealthMonitor(100)
     caplog.set_level(logging.WARNING, logger="grpoflow.health")
     fired = [(r["step"], monitor.observe(r)) for r in rows(100, reward=noisy(lambda s: 0.5))]
-    assert [(step, lines[0][:13]) for step, lines in fired if lines] == [(20, "reward flat: ")]
+    assert [(step, lines[0][:13]) for step, lines in fired if lines] == [(30, "reward flat: ")]  # W = 10
     assert len(caplog.records) == 1 and caplog.records[0].getMessage().startswith("reward flat: mean reward 0.")
     assert monitor.summary()["verdict"] == "no evidence of learning"
 
@@ -123,7 +123,7 @@ def test_stop_on_other_checks_is_opt_in():
     for row in flat:
         logging_only.observe(row)  # reward_flat fires, logs, does not stop
     stopping = HealthMonitor(40, stop_on=["reward_flat"], experiment="x")
-    with pytest.raises(HealthStop, match="reward_flat at step 10: reward flat: .*health.stop_on lists reward_flat"):
+    with pytest.raises(HealthStop, match="reward_flat at step 15: reward flat: .*health.stop_on lists reward_flat"):
         for row in flat:
             stopping.observe(row)
 
@@ -142,8 +142,9 @@ def test_a_model_wrecked_within_the_first_window_is_diverged():
     ]
     health = assess(rows, 20)
     assert health["reward_trend"]["ci"][0] < 0 < health["reward_trend"]["ci"][1]
-    assert health["verdict"] == "diverged" and health["checks"]["reward_drop"] == 10
+    assert health["verdict"] == "diverged" and health["checks"]["reward_drop"] == 15
     assert "against 0.406 at step 1 (the start model)" in health["lines"]["reward_drop"]
+    assert health["checks"]["reward_flat"] is None  # fallen, not flat
 
 
 def test_one_low_first_step_does_not_make_a_run_learned():
@@ -152,7 +153,7 @@ def test_one_low_first_step_does_not_make_a_run_learned():
     rows = [json.loads(line) for line in (DEMO_ROWS.parent / "lr0-tunix.train_metrics.jsonl").read_text().splitlines()]
     health = assess(rows, 20)
     assert health["reward_from_start"]["delta"] > 0.1
-    assert health["verdict"] == "no evidence of learning" and health["checks"]["reward_flat"] == 10
+    assert health["verdict"] == "no evidence of learning" and health["checks"]["reward_flat"] == 15
 
 
 def test_the_default_health_setting_leaves_the_training_command_unchanged():

@@ -13,8 +13,8 @@ The checks (W, the window: a tenth of ``grpo.total_steps``, at least 5 and at mo
 - ``no_signal``: over the last W steps, on average at least ``NO_SIGNAL_FRACTION`` of the groups had the same reward
   for every completion. GRPO's advantage is zero in such a group: it contributes no gradient. All-correct groups mean
   the task is too easy for the start model, all-wrong ones that it is too hard (or the reward never pays).
-- ``reward_flat``: at each multiple of W from 2 W on, the last W steps' mean reward is within noise of the first W
-  steps' (the 95 % t interval of the change holds 0).
+- ``reward_flat``: at two successive multiples of W (from 2 W on), the last W steps' mean reward is within noise of
+  the first W steps' (the 99 % t interval of the change holds 0).
 - ``reward_drop``: at each multiple of W, the last W steps' mean reward is below the first W steps' or below step
   1's (the start model's own reward, sampled before any update) beyond noise: training is making the start model
   worse (typically a learning rate too high for it, which can wreck it within the first window).
@@ -26,7 +26,7 @@ The checks (W, the window: a tenth of ``grpo.total_steps``, at least 5 and at mo
 - ``truncation``: over the last W steps, more than ``TRUNCATED_FRACTION`` of the completions hit
   ``grpo.max_response_length``: their answers are cut off and cannot be rewarded.
 
-The verdict of a finished run compares its last W steps' mean reward with its first W steps' (a 95 % Welch t
+The verdict of a finished run compares its last W steps' mean reward with its first W steps' (a 99 % Welch t
 interval, steps as samples) and with step 1's (step 1 given the run's step-to-step spread): "learned" when the
 window interval lies above 0, "diverged" when ``nonfinite`` fired or either interval lies below 0, else "no evidence
 of learning". Adjacent steps are correlated, so the intervals are optimistic; W of at least 5 steps keeps them from
@@ -75,14 +75,14 @@ def _finite(value) -> bool:
 
 
 def _t(df: float) -> float:
-    """The two-sided 95 % critical value of Student's t (windows are a few steps: z would be too narrow)."""
+    """The two-sided 99 % critical value of Student's t (windows are a few steps: z would be too narrow)."""
     from scipy.stats import t
 
-    return float(t.ppf(0.975, df)) if df > 0 else math.inf
+    return float(t.ppf(0.995, df)) if df > 0 else math.inf
 
 
 def reward_trend(first: list[float], last: list[float]) -> dict | None:
-    """Last window's mean reward minus the first's, with a 95 % Welch interval (per-step means as samples)."""
+    """Last window's mean reward minus the first's, with a 99 % Welch interval (per-step means as samples)."""
     if len(first) < 2 or len(last) < 2:
         return None
     delta = fmean(last) - fmean(first)
@@ -112,6 +112,7 @@ class HealthMonitor:
     def __post_init__(self):
         self.window = window_for(self.total_steps)
         self.stop_on = tuple(self.stop_on)
+        self._flat_in_a_row = 0
 
     def observe(self, row: Mapping) -> list[str]:
         """Check the run after this row; returns the lines that fired now (already logged). Raises HealthStop when
@@ -170,12 +171,17 @@ class HealthMonitor:
         n = len(self.rows)
         if n < 2 * self.window or n % self.window:
             return None
-        trend = self.trend()
-        if trend is None or trend["ci"][0] > 0 or trend["ci"][1] < 0:
+        trend, start = self.trend(), self.from_start()
+        fell = start is not None and start["ci"][1] < 0  # that is reward_drop's line, not a flat reward
+        flat = trend is not None and trend["ci"][0] <= 0 <= trend["ci"][1] and not fell
+        # Twice in a row: a run that starts slowly is within noise at 2 W and clearly up at 3 W; its line would be
+        # a false alarm that no later step takes back.
+        self._flat_in_a_row = self._flat_in_a_row + 1 if flat else 0
+        if self._flat_in_a_row < 2:
             return None
         return (
             f"reward flat: mean reward {trend['last']:.3f} over steps {step - self.window + 1}-{step} against "
-            f"{trend['first']:.3f} over the first {self.window} (change {trend['delta']:+.3f}, 95 % interval "
+            f"{trend['first']:.3f} over the first {self.window} (change {trend['delta']:+.3f}, 99 % interval "
             f"[{trend['ci'][0]:+.3f}, {trend['ci'][1]:+.3f}]): no rise beyond noise; check grpo.learning_rate, "
             "the rewards, and the no_signal check"
         )
@@ -191,7 +197,7 @@ class HealthMonitor:
             if change is not None and change["ci"][1] < 0 and (n >= 2 * self.window or against.startswith("step")):
                 return (
                     f"reward fell: mean reward {change['last']:.3f} over steps {step - self.window + 1}-{step} against "
-                    f"{change['first']:.3f} at {against} (change {change['delta']:+.3f}, 95 % interval "
+                    f"{change['first']:.3f} at {against} (change {change['delta']:+.3f}, 99 % interval "
                     f"[{change['ci'][0]:+.3f}, {change['ci'][1]:+.3f}]): training is making the start model worse; "
                     "lower grpo.learning_rate or grpo.max_grad_norm"
                 )

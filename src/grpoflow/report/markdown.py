@@ -108,7 +108,7 @@ def _health_section(health: dict[str, dict]) -> list[str]:
     return [
         "## Training health",
         "",
-        "Each run's training reward, last window against first (95 % interval), and the checks that fired while it "
+        "Each run's training reward, last window against first (99 % interval), and the checks that fired while it "
         "trained (grpoflow.health; their lines are in `logs/train_grpo/<run>.log`; docs/training-health.md).",
         "",
         md_table(["run", "verdict", "training reward", "checks fired"], body, text_columns=4),
