@@ -111,6 +111,19 @@ def evaluation_tpu():
     return 1 if CFG.evaluation["backend"] == "tunix" else 0
 
 
+# The TPU a job was declared for, exported as GRPOFLOW_TUNIX_TPU: the job stops at its start when JAX runs on
+# something else (grpoflow.backends.tunix.device). Params of input/output: declaring a TPU reruns nothing.
+from grpoflow.backends.tunix import device as _tunix_device
+
+
+def train_declared_tpu(wildcards, input, output):
+    return _tunix_device.experiment_tpu(exp(wildcards))
+
+
+def evaluation_declared_tpu(wildcards, input, output):
+    return _tunix_device.evaluation_tpu(CFG.evaluation, CFG.experiments)
+
+
 # ---- data ---------------------------------------------------------------------------------------------------
 
 
@@ -185,13 +198,15 @@ def sft_inputs(wildcards):
 
 
 def model_inputs(wildcards):
-    """What `evaluate` needs for a model name: the merged GRPO model, or the SFT discovery record."""
+    """What `evaluate` needs for a model name: the merged GRPO model, the SFT discovery record, or the
+    download_model manifest of an evaluation model given as a Hub id."""
     m = CFG.models[wildcards.model]
     if m["kind"] == "grpo":
         return {"model": f"{RESULTS}/{m['experiment']}/model"}
     if m["kind"] == "sft":
         return {"sft": f"{RESULTS}/{m['experiment']}/sft.json"}
-    return {}
+    manifest = _models.evaluation_model_manifest(m)  # a Hub id: download_model's snapshot
+    return {"hub_manifest": manifest} if manifest else {}
 
 
 def file_fingerprint(paths):

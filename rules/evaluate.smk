@@ -18,6 +18,9 @@ rule evaluate:
     resources:
         # A retry after a failed GPU check asks for no GPU (grpoflow.gpucheck).
         gpu=evaluate_gpus,
+        gpu_check_retry=lambda wc, attempt: int(
+            _gpucheck.retry_request(f"{RESULTS}/{wc.model}/eval/{wc.benchmark}.json", attempt)
+        ),
         cpus_per_task=CFG.evaluation["resources"]["cpus_per_task"],
         mem_mb=CFG.evaluation["resources"]["mem_mb"],
         runtime=CFG.evaluation["resources"]["runtime"],
@@ -31,8 +34,9 @@ rule evaluate:
         # vLLM needs the cluster env, Tunix the tunix env, transformers runs in the local one (grpoflow.deployment).
         python=lambda wc: evaluation_python(),
         job=evaluate_job,
+        tpu=evaluation_declared_tpu,
     shell:
-        "{params.python} -m grpoflow.workflow evaluate --log {log} --threads {threads} --kwargs {params.job:q}"
+        "export GRPOFLOW_GPU_CHECK_RETRY={resources.gpu_check_retry} GRPOFLOW_TUNIX_TPU={params.tpu:q}; {params.python} -m grpoflow.workflow evaluate --log {log} --threads {threads} --kwargs {params.job:q}"
 
 
 # `snakemake baselines`: evaluate the SFT starting points and the external models on every benchmark, with no

@@ -43,17 +43,21 @@ rule train_grpo:
         # resources.runtime for the first attempt, resources.retry_runtime for the profile's retries.
         runtime=train_runtime,
         tpu=experiment_tpu,
+        # 1 only for a retry after a failed GPU check: the job then fails at once (grpoflow.gpucheck.RETRY_ENV).
+        gpu_check_retry=lambda wc, attempt: train_resources(wc, attempt).get("gpu_check_retry", 0),
     params:
         # A function of the wildcards only: Snakemake ignores params that take input/output when it decides
         # reruns, and a changed training setting must rerun training.
         command=lambda wc: training_command(wc.experiment),
+        # tunix.tpu, which the job checks JAX runs on (of input/output: declaring it reruns nothing).
+        tpu=train_declared_tpu,
     shell:
         # SLURM signals every process of the job (scancel, time limit, --signal). TRL then finishes its step, saves a
         # checkpoint and exits 1; verl 0.9.1 has no handler and saves nothing (the steps since its last save_freq
         # checkpoint are lost): the wrapper stops verl and Ray and exits 1. Either way the shell must wait rather than
         # die at once, or the job step ends with it and takes the trainer down mid-save or mid-teardown (on clusters
         # that track jobs by cgroup).
-        "trap : TERM INT USR1 USR2; {params.command} > {log} 2>&1"
+        "trap : TERM INT USR1 USR2; export GRPOFLOW_GPU_CHECK_RETRY={resources.gpu_check_retry} GRPOFLOW_TUNIX_TPU={params.tpu:q}; {params.command} > {log} 2>&1"
 
 
 rule merge_checkpoint:

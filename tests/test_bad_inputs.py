@@ -164,9 +164,11 @@ def test_corrupt_parquet_data_file(wd):
 def test_benchmark_file_without_the_answer_column(wd):
     rows = [json.loads(line) for line in (REPO / "data/gsm8k_sample/test.jsonl").read_text().splitlines()[:4]]
     (wd / "bench.jsonl").write_text("".join(json.dumps({"question": r["question"]}) + "\n" for r in rows))
+    (wd / "some-model").mkdir()  # a local dir: the benchmark file fails before any model is loaded (a Hub id would
+    # first be fetched by download_model)
     overlay = {
         "evaluation": {
-            "models": {"ext": {"path": "some-org/some-model"}},
+            "models": {"ext": {"path": "some-model"}},
             "benchmarks": {
                 "mine": {"path": "bench.jsonl", "prompt_key": "question", "answer_key": "answer", "format": "gsm8k"}
             },

@@ -68,13 +68,13 @@ def test_gpu_check_driver_against_cuda_and_compute_mode(tmp_path):
     from grpoflow.errors import GrpoflowError
 
     ok = [("0", "580.82.07", "Default"), ("1", "580.82.07", "Default")]
-    gpucheck.check("j", cuda="13.0", gpus=ok)
+    gpucheck.check("j", cuda="13.0", gpus=ok, api=None)
     with pytest.raises(
         GrpoflowError,
         match=r"^j: the node's NVIDIA driver 570\.133\.20 is older than CUDA 13\.0 .* needs \(580\.65\.6\+\)",
     ):
-        gpucheck.check("j", cuda="13.0", gpus=[("0", "570.133.20", "Default")])
-    gpucheck.check("j", cuda="12.8", gpus=[("0", "550.54.15", "Default")])  # minor-version compatibility
+        gpucheck.check("j", cuda="13.0", gpus=[("0", "570.133.20", "Default")], api=None)
+    gpucheck.check("j", cuda="12.8", gpus=[("0", "550.54.15", "Default")], api=None)  # minor-version compatibility
     with pytest.raises(GrpoflowError, match=r"compute mode GPU 1: Exclusive_Process: verl runs two processes per GPU"):
         gpucheck.check("j", cuda=None, gpus=[("0", "580.82.07", "Default"), ("1", "580.82.07", "Exclusive_Process")])
     # A failure is recorded next to the output; a retry without a GPU fails at once naming it.
@@ -88,7 +88,7 @@ def test_gpu_check_driver_against_cuda_and_compute_mode(tmp_path):
         gpucheck.checked("j", out)
     assert gpucheck.retry_request(str(out), 2) and not gpucheck.retry_request(str(out), 1)
     with (
-        mock_env({"CUDA_VISIBLE_DEVICES": ""}),
+        mock_env({gpucheck.RETRY_ENV: "1"}),
         pytest.raises(
             GrpoflowError, match=r"^not retried on a GPU node: an earlier attempt's GPU check failed \(j: compute mode"
         ),
@@ -158,3 +158,251 @@ def test_disk_need_adds_up_per_filesystem_less_what_the_dir_holds(tmp_path):
         "grpo.max_checkpoints_to_keep + 1 = 4 checkpoints of ~393 GB" in f for f in failures
     )
     assert "(with the other experiments on this filesystem: 3145 GB)" in failures[0]
+
+
+def stand_in_nvidia_smi(bindir, line: str) -> None:
+    """Stands in for the driver's nvidia-smi (no GPU here): answers the gpucheck query with ``line``."""
+    bindir.mkdir(exist_ok=True)
+    (bindir / "nvidia-smi").write_text(f"#!/bin/sh\necho '{line}'\n")
+    (bindir / "nvidia-smi").chmod(0o755)
+
+
+@pytest.mark.slow
+def test_a_failed_gpu_check_without_slurm_is_checked_again_once_fixed(tiny_base, tmp_path):
+    """Issue 30 item 8: the local executor (no SLURM: nothing sets CUDA_VISIBLE_DEVICES) runs the verl train_grpo
+    job twice. The first run's GPU check fails (Exclusive_Process) and leaves its record; the node is fixed; the
+    next snakemake call checks again and passes (the record is removed), instead of failing as a "retry"."""
+    import yaml
+    from grpoflow_testing import make_workdir, snakemake, verl_vllm_overlay
+
+    from grpoflow import gpucheck
+
+    exp = "gpu-local"
+    overlay = verl_vllm_overlay(
+        tmp_path / "verl.yaml", exp, str(tiny_base), verl={"env": {"GRPOFLOW_SKIP_ENV_CHECK": 1}}
+    )
+    cfg = yaml.safe_load(overlay.read_text())
+    cfg["evaluation"]["backend"] = "transformers"
+    overlay.write_text(yaml.safe_dump(cfg))
+    wd = make_workdir(tmp_path)
+    fake = tmp_path / "fakebin"
+    target = f"results/{exp}/training_complete.json"
+    args = [target, "--cores", "2", "--configfile", str(overlay)]
+    env = {"PATH": f"{fake}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": ""}
+    log = wd / "logs" / "train_grpo" / f"{exp}.log"
+    record = gpucheck.record_path(wd / target)
+
+    stand_in_nvidia_smi(fake, "0, 580.82.07, Exclusive_Process")
+    proc = snakemake(args, wd, env=env, timeout=300, check=False)
+    assert proc.returncode != 0 and record.is_file(), (proc.stdout + proc.stderr)[-3000:]
+    assert (
+        log.read_text()
+        .rstrip()
+        .splitlines()[-1]
+        .startswith("grpoflow: error: train_grpo (backend verl): compute mode GPU 0: Exclusive_Process")
+    ), log.read_text()[-2000:]
+
+    stand_in_nvidia_smi(fake, "0, 580.82.07, Default")  # the node fixed
+    snakemake(args, wd, env=env, timeout=300, check=False)
+    text = log.read_text()
+    assert "not retried on a GPU node" not in text, text[-2000:]
+    assert "GPU check for train_grpo (backend verl) passed: driver 580.82.07" in text, text[-2000:]
+    assert not record.exists()
+
+
+def gpu_request(gpu_mem_gb, **kw):
+    from grpoflow.slurm_nodes import Request
+
+    keys = {"gpu_mem_gb": "experiments.e.resources.gpu_mem_gb", "gpu_type": "gpu_model", "nodes": "n", "cpus": "c"}
+    fields = {"job": "rule train_grpo (e)", "partition": "gpu", "nodes": 1, "cpus": 8, "mem_mb": 1000, "gpus": 8}
+    return Request(**{**fields, "keys": keys, "gpu_mem_gb": gpu_mem_gb, **kw})
+
+
+def test_an_h100_nvl_partition_holds_a_94_gb_config():
+    """Issue 30 item 3: H100 NVL cards have 94 GB; a GRES typed plainly h100 may be NVL cards."""
+    from grpoflow.slurm_nodes import check
+
+    for gres in ("gpu:h100:8", "gpu:h100nvl:8", "gpu:nvidia_h100_nvl:8"):
+        check([gpu_request(94)], parse_sinfo(f"n1|gpu*|128|900000|{gres}|2-00:00:00"), None)
+    from grpoflow.slurm_nodes import gpu_type_gb
+
+    assert (gpu_type_gb("NVIDIA H100 NVL"), gpu_type_gb("h100-sxm"), gpu_type_gb("h100")) == (94, 80, 94)
+
+
+@pytest.mark.parametrize(
+    "gres, gb",
+    [
+        ("gpu:nvidia_h100_80gb_hbm3:8", 80),  # SLURM's NVML autodetect names
+        ("gpu:nvidia_a100-sxm4-40gb:8", 40),
+        ("gpu:a100-sxm4-80gb:8", 80),
+        ("gpu:nvidia_a100_3g.40gb:8", 40),  # a MIG slice: its own memory, not the "3g" compute share
+    ],
+)
+def test_nvml_style_gpu_type_names_are_checked(gres, gb):
+    """Issue 30 item 2: a type named the NVML way is read for its model and size, not skipped."""
+    from grpoflow.errors import ConfigError
+    from grpoflow.slurm_nodes import check
+
+    nodes = parse_sinfo(f"n1|gpu*|224|2000000|{gres}(S:0-1)|2-00:00:00")
+    check([gpu_request(gb)], nodes, None)
+    with pytest.raises(ConfigError, match=rf"experiments.e.resources.gpu_mem_gb = 141 but .*\({gb} GB\)"):
+        check([gpu_request(141)], nodes, None)
+    from grpoflow.slurm_nodes import gpu_type_gb
+
+    assert gpu_type_gb("NVIDIA H100 80GB HBM3") == 80 and gpu_type_gb("NVIDIA GH200 480GB") == 144
+
+
+def stand_in_libcuda(tmp_path, name: str, cuda_version: int, init_rc: int = 0):
+    """Stands in for the NVIDIA user-space driver (no GPU here): a libcuda.so.1 whose cuDriverGetVersion says
+    ``cuda_version`` (13000 = CUDA 13.0) and whose cuInit returns ``init_rc``; a directory for LD_LIBRARY_PATH."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        from grpoflow_testing import unavailable
+
+        unavailable("no C compiler to build a stand-in libcuda.so.1")
+    d = tmp_path / name
+    d.mkdir()
+    (d / "cuda.c").write_text(
+        f"int cuDriverGetVersion(int *v) {{ *v = {cuda_version}; return 0; }}\nint cuInit(unsigned f) {{ return {init_rc}; }}\n"
+    )
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(d / "libcuda.so.1"), str(d / "cuda.c")], check=True)
+    return d
+
+
+def test_a_forward_compatible_libcuda_passes_over_an_older_kernel_driver(tmp_path):
+    """Issue 30 item 4: a site's cuda-compat (a CUDA 13.0 libcuda on LD_LIBRARY_PATH) over kernel driver 535 runs
+    CUDA 13 wheels: the check reads the libcuda the loader resolves, not only nvidia-smi's driver version."""
+    from grpoflow import gpucheck
+    from grpoflow.errors import GrpoflowError
+
+    old_kernel = [("0", "535.104.05", "Default")]
+    compat = stand_in_libcuda(tmp_path, "compat", 13000)
+    with mock_env({"LD_LIBRARY_PATH": str(compat)}):
+        gpucheck.check("j", cuda="13.0", gpus=old_kernel)
+    too_old = stand_in_libcuda(tmp_path, "old", 12020)
+    with (
+        mock_env({"LD_LIBRARY_PATH": str(too_old)}),
+        pytest.raises(
+            GrpoflowError,
+            match=rf"^j: the CUDA driver this job loads \({too_old}/libcuda.so.1\) supports CUDA 12.2, older than CUDA 13.0",
+        ),
+    ):
+        gpucheck.check("j", cuda="13.0", gpus=old_kernel)
+    unsupported = stand_in_libcuda(tmp_path, "geforce", 13000, init_rc=804)
+    with (
+        mock_env({"LD_LIBRARY_PATH": str(unsupported)}),
+        pytest.raises(GrpoflowError, match=r"cuInit: CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE"),
+    ):
+        gpucheck.check("j", cuda="13.0", gpus=old_kernel)
+
+
+def test_a_hung_nvidia_smi_fails_the_check_in_bounded_time(tmp_path, monkeypatch):
+    """Issue 30 item 5 (the hang): a wedged driver makes nvidia-smi hang; the check gives up after its timeout with
+    one line (recorded like any failure), not a traceback after the job's time limit."""
+    import time
+
+    from grpoflow import gpucheck
+    from grpoflow.errors import GrpoflowError
+
+    monkeypatch.setattr(gpucheck, "SMI_TIMEOUT_S", 1, raising=False)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\nexec sleep 600\n")  # stands in for nvidia-smi on a wedged driver
+    (fake / "nvidia-smi").chmod(0o755)
+    out = tmp_path / "training_complete.json"
+    started = time.monotonic()
+    with (
+        mock_env({"PATH": f"{fake}:{os.environ['PATH']}"}),
+        pytest.raises(
+            GrpoflowError,
+            match=r"^nvidia-smi did not answer within 1 s on node \S+: its GPUs or driver hang; have the node drained",
+        ),
+    ):
+        gpucheck.checked("j", out)
+    assert time.monotonic() - started < 30 and gpucheck.record_path(out).is_file()
+
+
+def test_the_gpu_check_has_its_own_off_switch_named_in_its_refusal(tmp_path):
+    """Issue 30 item 7: GRPOFLOW_SKIP_GPU_CHECK=1 turns off the GPU node's check alone (not every onstart hook)."""
+    from grpoflow import gpucheck
+    from grpoflow.errors import GrpoflowError
+
+    fake = tmp_path / "bin"
+    stand_in_nvidia_smi(fake, "0, 580.82.07, Exclusive_Process")
+    out = tmp_path / "training_complete.json"
+    path = {"PATH": f"{fake}:{os.environ['PATH']}"}
+    with mock_env(path), pytest.raises(GrpoflowError, match=r"\(or GRPOFLOW_SKIP_GPU_CHECK=1 to skip this check\)$"):
+        gpucheck.checked("j", out)
+    with mock_env({**path, "GRPOFLOW_SKIP_GPU_CHECK": "1"}):
+        assert not gpucheck.retry_request(str(out), 2)  # the retry asks for the full request again
+        gpucheck.checked("j", out)
+    assert not gpucheck.record_path(out).exists()
+
+
+def test_a_request_for_several_partitions_passes_when_one_holds_it():
+    """Issue 30 item 6: `slurm_partition: gpu,gpu-long` (sbatch -p gpu,gpu-long starts the job in either)."""
+    from grpoflow.errors import ConfigError
+    from grpoflow.slurm_nodes import check
+
+    nodes = parse_sinfo("a1|gpu*|224|2000000|gpu:h100:8|1-00:00:00\nb1|gpu-long|224|2000000|gpu:h100:8|7-00:00:00")
+    req = gpu_request(None, partition="gpu,gpu-long", runtime_min=2880)
+    req.keys["runtime"] = "experiments.e.resources.runtime"
+    check([req], nodes, "gpu")
+    with pytest.raises(ConfigError, match=r"allows at most 1440 min .*; .*partition gpu-long allows at most 10080 min"):
+        check([gpu_request(None, partition="gpu,gpu-long", runtime_min=20000, keys=req.keys)], nodes, "gpu")
+
+
+def test_sinfo_is_asked_for_hidden_partitions_and_the_jobs_cluster(tmp_path):
+    """Issue 30 item 6: sinfo -a (hidden partitions take jobs too) and -M CLUSTER for a job sent with --clusters/-M;
+    sinfo -M prints a "CLUSTER: name" line first, even with -h."""
+    from types import SimpleNamespace
+
+    from grpoflow.slurm_nodes import job_request, query_nodes
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    # Stands in for sinfo on a two-cluster site: cluster c2 (only with -M c2) holds partition gpu2.
+    (fake / "sinfo").write_text(
+        "#!/bin/sh\n"
+        'echo "$@" >> "$(dirname "$0")/argv"\n'
+        'case " $* " in *" -M c2 "*) echo "CLUSTER: c2"; echo "c2n1|gpu2*|96|512000|gpu:h100:8|infinite";;\n'
+        '  *) echo "a1|gpu*|224|2000000|gpu:h100:8|infinite";; esac\n'
+    )
+    (fake / "sinfo").chmod(0o755)
+    with mock_env({"PATH": f"{fake}:{os.environ['PATH']}"}):
+        nodes, default = query_nodes(cluster="c2")
+    assert [(n.name, n.partition) for n in nodes] == [("c2n1", "gpu2")] and default == "gpu2"
+    assert " -a " in f" {(fake / 'argv').read_text()} "
+    # What the SLURM plugin sends with --clusters: its cluster/clusters resource, or -M in slurm_extra.
+    job = SimpleNamespace(
+        resources={"slurm_partition": "gpu2", "slurm_extra": "'-M c2 --signal=TERM@300'", "gpu": 8},
+        threads=8,
+        wildcards_dict={},
+        rule=SimpleNamespace(name="evaluate"),
+    )
+    assert job_request(job, "profile").cluster == "c2"
+    job.resources = {"clusters": "c3", "gpu": 1}
+    assert job_request(job, "profile").cluster == "c3"
+
+
+def test_a_mixed_partition_is_checked_against_its_smallest_card():
+    """Issue 30 item 1: a partition of h100 and a100-40gb nodes; an 80 GB config may start on a 40 GB node. Refused
+    naming the small nodes and the fix (gpu_model or a constraint); with gpu_model h100 it passes."""
+    from grpoflow.errors import ConfigError
+    from grpoflow.slurm_nodes import check
+
+    nodes = parse_sinfo(
+        "h1|gpu*|224|2000000|gpu:h100:8|infinite\nh2|gpu*|224|2000000|gpu:h100:8|infinite\n"
+        "s1|gpu*|224|2000000|gpu:a100-sxm4-40gb:8|infinite"
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"gpu_mem_gb = 80 but partition gpu also has a100-sxm4-40gb \(40 GB\) on s1 \(sinfo %G\), where the job may start: ask for h100 \(gpu_model: h100",
+    ):
+        check([gpu_request(80)], nodes, None)
+    check([gpu_request(80, gpu_type="h100")], nodes, None)
+    check([gpu_request(80, constraint="h100")], nodes, None)
+    check([gpu_request(40)], nodes, None)

@@ -1,6 +1,6 @@
 """Hub start models fetched once, on the login node (rule ``download_model``), for compute nodes without internet.
 
-A Hub id given as ``sft.model`` (or as an external evaluation model's ``path``) is downloaded with
+A Hub id given as ``sft.model`` or as an ``evaluation.models.<name>.path`` is downloaded with
 ``huggingface_hub.snapshot_download`` at ``sft.revision`` (a commit, tag or branch; ``main`` when unset) into
 the shared cache ``hf_home`` (``<hf_home>/hub``, Hugging Face's own cache layout), and a manifest records the
 commit it resolved to and every file's size and SHA-256. The manifest is the rule's output, written last: a
@@ -8,7 +8,8 @@ half-finished download never looks complete, and the commit it names is the one 
 branch does not change a run that already has its manifest; delete the manifest to fetch again).
 
 ``discover_sft_checkpoint`` then records the snapshot directory (``<hf_home>/hub/models--org--name/snapshots/<commit>``)
-as the start model's path, so the trainers, the merge and the evaluation load a local directory. Every job also
+as the start model's path, and ``evaluate`` loads an evaluation model's snapshot from its manifest, so the trainers,
+the merge and the evaluation load a local directory. Every job also
 runs with ``HF_HUB_OFFLINE=1`` and ``HF_HOME=<hf_home>`` (grpoflow.deployment): nothing on a compute node asks
 the Hub, and a file that is not in the cache fails at once instead of hanging on a network timeout.
 """
@@ -92,8 +93,10 @@ def hf_home_dir(raw: str | None) -> str:
 
 
 def hub_start_models(cfg) -> dict[str, dict]:
-    """{wildcard: {"repo_id", "revision", "where"}} of every experiment's Hub-id ``sft.model``. One model has one
-    revision: two experiments that pin different ones are refused (one line naming both keys)."""
+    """{wildcard: {"repo_id", "revision", "where"}} of every Hub id the jobs load: each experiment's ``sft.model``
+    and each ``evaluation.models.<name>.path``. One model has one revision: two experiments that pin different
+    ones are refused (one line naming both keys). An evaluation model has no revision key of its own: it is
+    fetched at the revision an experiment pins for the same id, else ``main`` (the manifest pins the commit)."""
     from grpoflow.errors import ConfigError
 
     out: dict[str, dict] = {}
@@ -109,4 +112,15 @@ def hub_start_models(cfg) -> dict[str, dict]:
                 f"config error: {where}.revision = {rev!r} but {out[key]['where']}.revision = {out[key]['revision']!r} for the same model {sft['model']}: download_model fetches one revision per model; make them equal"
             )
         out.setdefault(key, {"repo_id": sft["model"], "revision": rev, "where": where})
+    for name, entry in sorted(((cfg.evaluation or {}).get("models") or {}).items()):
+        path = entry.get("path")
+        if is_hub_id(path) and not os.path.isdir(path):  # a local dir named like org/name is a dir, not an id
+            out.setdefault(wildcard(path), {"repo_id": path, "revision": "main", "where": f"evaluation.models.{name}"})
     return out
+
+
+def evaluation_model_manifest(entry: dict) -> str | None:
+    """The download_model manifest an ``evaluation.models`` entry is loaded from (its ``path`` a Hub id), else
+    None (a local model dir)."""
+    path = entry.get("path")
+    return manifest_path(path) if is_hub_id(path) and not os.path.isdir(path) else None

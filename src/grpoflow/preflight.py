@@ -13,7 +13,8 @@ seconds here and needs no GPU:
 - **partition** (SLURM executor): the node shapes (grpoflow.slurm_nodes), each job's time limit against the
   partition's (``sinfo %l``; for train_grpo the larger of ``resources.runtime`` and ``resources.retry_runtime``),
   and the GPU type it asks for (``gpu_model``, a typed ``gres``, or ``resources.gpu_mem_gb`` above the
-  partition's cards).
+  partition's cards, or above its smallest card when the nodes are not narrowed), hidden partitions included, each
+  of several (``gpu,gpu-long``), on the job's cluster (``-M``). Off with ``GRPOFLOW_SKIP_PARTITION_CHECK=1``.
 - **disk** (every executor): free space on each checkpoint dir's filesystem against
   ``grpo.max_checkpoints_to_keep + 1`` checkpoints of the computed size (a resumed attempt holds one more before
   it rotates), less what the dir already holds; experiments on one filesystem add up.
@@ -35,6 +36,8 @@ from dataclasses import dataclass, field
 from grpoflow import envcheck
 from grpoflow.deployment import CLUSTER, ENV_KEYS, LOCAL, TUNIX, JobEnv
 
+# Each start check's own off switch (an environment variable set to 1), named in its refusals.
+SKIP_PARTITION_CHECK = "GRPOFLOW_SKIP_PARTITION_CHECK"
 ENV_TIMEOUT_S = 120  # starting an interpreter on a network filesystem can take a while; find_spec is milliseconds
 
 # Modules are found, never imported (no CUDA initialisation), by the job's own interpreter; it prints what is
@@ -298,30 +301,44 @@ def _gb(n: float) -> str:
 
 
 def partition_failures(workflow, cfg, jobs, log) -> list[str]:
-    """The SLURM checks (node shapes, time limits, GPU types) of the jobs that will be submitted."""
+    """The SLURM checks (node shapes, time limits, GPU types) of the jobs that will be submitted, against the
+    nodes of each cluster they go to (sbatch --clusters / -M: sinfo -M)."""
     from grpoflow import slurm_nodes
 
     plugin = getattr(workflow, "executor_plugin", None)
     if plugin is None or plugin.name != "slurm":
         return []
+    if os.environ.get(SKIP_PARTITION_CHECK) == "1":
+        log(f"grpoflow: partition check skipped: {SKIP_PARTITION_CHECK}=1")
+        return []
     if not shutil.which("sinfo"):
         log("grpoflow: partition check skipped: sinfo not found on this host (requests go to sbatch unchecked)")
         return []
-    try:
-        nodes, default = slurm_nodes.query_nodes()
-    except (subprocess.SubprocessError, OSError, ValueError) as err:
-        log(f"grpoflow: partition check skipped: sinfo failed ({err})")
-        return []
-    requests = []
+    by_cluster: dict[str | None, list] = {}
     for j in jobs:
         if j.is_local:
             continue
         res = cfg.experiment(j.wildcards_dict["experiment"])["resources"] if j.rule.name == "train_grpo" else None
-        requests.append(slurm_nodes.job_request(j, "the profile's set-resources/default-resources for", res))
-    failures = slurm_nodes.check_requests(requests, nodes, default)
-    if not failures:
+        req = slurm_nodes.job_request(j, "the profile's set-resources/default-resources for", res)
+        by_cluster.setdefault(req.cluster, []).append(req)
+    failures, unchecked = [], 0
+    for cluster, requests in sorted(by_cluster.items(), key=lambda kv: kv[0] or ""):
+        try:
+            nodes, default = slurm_nodes.query_nodes(cluster=cluster)
+        except (subprocess.SubprocessError, OSError, ValueError) as err:
+            log(
+                f"grpoflow: partition check skipped{f' for cluster {cluster}' if cluster else ''}: sinfo failed ({err})"
+            )
+            unchecked += len(requests)
+            continue
+        failures += [
+            f"{line} (or {SKIP_PARTITION_CHECK}=1 to skip this check)"
+            for line in slurm_nodes.check_requests(requests, nodes, default)
+        ]
+    count = sum(len(r) for r in by_cluster.values()) - unchecked
+    if not failures and count:
         log(
-            f"grpoflow: node-shape check passed: {len(requests)} job(s) fit the partition's nodes, time limits and GPU types (sinfo)"
+            f"grpoflow: node-shape check passed: {count} job(s) fit the partition's nodes, time limits and GPU types (sinfo)"
         )
     return failures
 

@@ -4,9 +4,11 @@ sbatch accepts some impossible requests and leaves them pending forever (or reje
 the pipeline's earlier jobs ran): e.g. ``cpus_per_task: 240`` on nodes with 224 CPUs, or 8 GPUs on a partition
 of 4-GPU nodes. Before the first submission (Snakemake's ``onstart``, only with the SLURM executor, never in a
 dry-run or with the local profile) this reads what the partition's nodes hold with
-``sinfo -h -N -p PART -o '%N|%P|%c|%m|%G'`` (CPUs, memory in MB, GRES) and refuses, in one line naming the config
-key, a job no node (or not enough nodes, for multi-node jobs) can hold, a time limit above the partition's
-(``%l``) and a GPU type it does not have. grpoflow.preflight runs it with its other start checks.
+``sinfo -h -N -a -o '%N|%P|%c|%m|%G|%l'`` (CPUs, memory in MB, GRES; ``-a``: hidden partitions too; ``-M CLUSTER``
+for a job sent to another cluster) and refuses, in one line naming the config key, a job no node (or not enough
+nodes, for multi-node jobs) can hold, a time limit above the partition's (``%l``), a GPU type it does not have and
+a ``resources.gpu_mem_gb`` larger than the cards a job may land on. A job for several partitions (``gpu,gpu-long``)
+is refused only when none holds it. grpoflow.preflight runs it with its other start checks.
 """
 
 from __future__ import annotations
@@ -19,9 +21,54 @@ from grpoflow.errors import ConfigError
 
 SINFO_FORMAT = "%N|%P|%c|%m|%G|%l"
 
-# GPU memory of a card as sold (GB), by the GRES type sites commonly name it; a type not listed (or ambiguous:
-# a100 comes with 40 or 80 GB) is not compared with resources.gpu_mem_gb.
-GPU_TYPE_GB = {"h100": 80, "h200": 141, "b200": 180, "gh200": 96, "l40s": 48, "l40": 48, "a40": 48, "a10": 24, "l4": 24}
+# GPU memory of a card as sold (GB), by model. Where one model name covers several sizes the largest is listed
+# (h100: 80 GB SXM/PCIe, 94 GB NVL; a100: 40 or 80; gh200: 96 or 144), so that the check never refuses a size the
+# card may have; a size or variant in the type's own name wins (gpu_type_gb). A model not listed is not compared
+# with resources.gpu_mem_gb.
+GPU_TYPE_GB = {
+    "h100": 94,
+    "h200": 141,
+    "b200": 180,
+    "gh200": 144,
+    "a100": 80,
+    "l40s": 48,
+    "l40": 48,
+    "a40": 48,
+    "a10": 24,
+    "l4": 24,
+}
+# Variants named in a type (NVML's "NVIDIA H100 NVL"), without a size in the name.
+GPU_VARIANT_GB = {("h100", "nvl"): 94, ("h100", "sxm"): 80, ("h100", "pcie"): 80, ("h200", "nvl"): 141}
+
+
+_MODEL_WORD = re.compile(rf"({'|'.join(sorted(GPU_TYPE_GB, key=len, reverse=True))})(nvl|sxm\d*|pcie)?", re.IGNORECASE)
+
+
+def _words(name: str) -> list[str]:
+    return re.split(r"[^a-z0-9]+", (name or "").lower())
+
+
+def gpu_model(name: str) -> str | None:
+    """The GPU model in a GRES type or an NVML name, lower-case ('h100'), or None when none is recognised:
+    'h100', 'H100', 'h100nvl', 'NVIDIA H100 80GB HBM3', 'nvidia_h100_80gb_hbm3', 'a100-sxm4-80gb'."""
+    return next((m.group(1) for w in _words(name) if (m := _MODEL_WORD.fullmatch(w))), None)
+
+
+def gpu_type_gb(name: str) -> int | None:
+    """GB of memory a card of this GRES type / NVML name has at most (above); None when the model is unknown."""
+    model = gpu_model(name)
+    if model is None:
+        return None
+    words = _words(name)
+    sized = [int(m.group(1)) for w in words if (m := re.fullmatch(r"(\d+)gb", w))]
+    if sized:  # never above the model's largest: 'NVIDIA GH200 480GB' counts the CPU's memory too
+        return min(sized[0], GPU_TYPE_GB[model])
+    variants = [m.group(2) for w in words if (m := _MODEL_WORD.fullmatch(w)) and m.group(2)]
+    variants += [w for w in words if w in ("nvl", "pcie") or w.startswith("sxm")]
+    for v in variants:
+        if (model, re.sub(r"\d+$", "", v)) in GPU_VARIANT_GB:
+            return GPU_VARIANT_GB[(model, re.sub(r"\d+$", "", v))]
+    return GPU_TYPE_GB[model]
 
 
 @dataclass(frozen=True)
@@ -49,6 +96,8 @@ class Request:
     runtime_min: int | None = None  # the longest time limit any attempt asks for
     gpu_type: str | None = None  # a GRES type it asks for (gpu_model, gres gpu:TYPE:N)
     gpu_mem_gb: float | None = None  # the GPU size its config assumes (resources.gpu_mem_gb)
+    cluster: str | None = None  # sbatch --clusters/-M (the plugin's `cluster`/`clusters` resource, or slurm_extra)
+    constraint: str | None = None  # sbatch -C: narrows the nodes in a way not evaluated here
 
 
 def gpu_count(gres: str) -> int:
@@ -97,7 +146,7 @@ def parse_time_limit(text: str) -> int | None:
 def parse_sinfo(text: str) -> list[Node]:
     nodes = []
     for line in text.splitlines():
-        if not line.strip():
+        if line.count("|") < 4:  # blank, or the "CLUSTER: name" header sinfo -M prints even with -h
             continue
         name, part, cpus, mem, rest = line.split("|", 4)
         gres, _, limit = rest.rpartition("|") if rest.count("|") else (rest, "", "")
@@ -115,9 +164,11 @@ def parse_sinfo(text: str) -> list[Node]:
     return nodes
 
 
-def query_nodes(run=subprocess.run) -> tuple[list[Node], str | None]:
-    """Every node of every partition, and the default partition's name (marked '*' by sinfo)."""
-    out = run(["sinfo", "-h", "-N", "-o", SINFO_FORMAT], capture_output=True, text=True, timeout=60, check=True).stdout
+def query_nodes(run=subprocess.run, cluster: str | None = None) -> tuple[list[Node], str | None]:
+    """Every node of every partition, hidden ones included (-a: sbatch -p reaches them), of ``cluster`` (-M; None:
+    the local one), and the default partition's name (marked '*' by sinfo)."""
+    argv = ["sinfo", "-h", "-N", "-a", *(["-M", cluster] if cluster else []), "-o", SINFO_FORMAT]
+    out = run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
     default = next(
         (
             ln.split("|")[1].rstrip("*")
@@ -130,49 +181,72 @@ def query_nodes(run=subprocess.run) -> tuple[list[Node], str | None]:
 
 
 def check(requests: list[Request], nodes: list[Node], default_partition: str | None) -> None:
-    """Raise ConfigError (one line) for the first request that no node of its partition can hold."""
+    """Raise ConfigError (one line) for the first request that no node of its partition can hold. A request for
+    several partitions (``gpu,gpu-long``: SLURM starts it in whichever can) is refused only when none can hold it."""
     for req in requests:
-        part = req.partition or default_partition
-        pool = [n for n in nodes if n.partition == part]
-        if not pool:
-            known = sorted({n.partition for n in nodes})
+        parts = [p.strip() for p in (req.partition or default_partition or "").split(",") if p.strip()] or [None]
+        errors = []
+        for part in parts:
+            try:
+                _check_partition(req, part, nodes)
+                break
+            except ConfigError as err:
+                errors.append(str(err).removeprefix("config error: "))
+        else:
+            raise ConfigError(errors[0] if len(errors) == 1 else "; ".join(errors))
+
+
+def _check_partition(req: Request, part: str | None, nodes: list[Node]) -> None:
+    pool = [n for n in nodes if n.partition == part]
+    if not pool:
+        known = sorted({n.partition for n in nodes})
+        raise ConfigError(
+            f"{req.job}: SLURM partition {part!r} does not exist here (sinfo lists {', '.join(known) or 'none'}): set slurm_partition in the profile (profiles/slurm/config.yaml)"
+        )
+    for field, unit in (("cpus", "CPUs"), ("mem_mb", "MB of memory"), ("gpus", "GPUs")):
+        want = getattr(req, field)
+        most = max(getattr(n, field) for n in pool)
+        if want > most:
             raise ConfigError(
-                f"{req.job}: SLURM partition {part!r} does not exist here (sinfo lists {', '.join(known) or 'none'}): set slurm_partition in the profile (profiles/slurm/config.yaml)"
+                f"{req.job} asks for {want} {unit} per node but the largest node of partition {part} has {most} (sinfo): lower {req.keys[field]}"
             )
-        for field, unit in (("cpus", "CPUs"), ("mem_mb", "MB of memory"), ("gpus", "GPUs")):
-            want = getattr(req, field)
-            most = max(getattr(n, field) for n in pool)
-            if want > most:
+    limits = [n.time_limit_min for n in pool]
+    if req.runtime_min and None not in limits and req.runtime_min > max(limits):
+        raise ConfigError(
+            f"{req.job} asks for {req.runtime_min} min but partition {part} allows at most {max(limits)} min (sinfo %l): lower {req.keys['runtime']} (a longer run resumes across attempts: the profile's retries)"
+        )
+    if req.gpus and req.gpu_type:
+        typed = [n for n in pool if req.gpu_type.lower() in n.gpu_types]
+        if not typed:
+            have = sorted({t for n in pool for t in n.gpu_types}) or ["untyped"]
+            raise ConfigError(
+                f"{req.job} asks for GPU type {req.gpu_type} but partition {part} has {', '.join(have)} (sinfo %G): change {req.keys['gpu_type']}"
+            )
+        pool = typed
+    if req.gpus and req.gpu_mem_gb:
+        known = {t: gpu_type_gb(t) for n in pool for t in n.gpu_types if gpu_type_gb(t)}
+        if known and all(n.gpu_types and all(t in known for t in n.gpu_types) for n in pool):
+            largest = max(known.values())
+            if req.gpu_mem_gb > largest:
+                cards = ", ".join(f"{t} ({gb} GB)" for t, gb in sorted(known.items()))
                 raise ConfigError(
-                    f"{req.job} asks for {want} {unit} per node but the largest node of partition {part} has {most} (sinfo): lower {req.keys[field]}"
+                    f"{req.job}: {req.keys['gpu_mem_gb']} = {req.gpu_mem_gb:g} but partition {part}'s GPUs are {cards} (sinfo %G): set it to {largest} (the memory check assumes it) or use a partition with larger GPUs"
                 )
-        limits = [n.time_limit_min for n in pool]
-        if req.runtime_min and None not in limits and req.runtime_min > max(limits):
-            raise ConfigError(
-                f"{req.job} asks for {req.runtime_min} min but partition {part} allows at most {max(limits)} min (sinfo %l): lower {req.keys['runtime']} (a longer run resumes across attempts: the profile's retries)"
-            )
-        if req.gpus and req.gpu_type:
-            typed = [n for n in pool if req.gpu_type.lower() in n.gpu_types]
-            if not typed:
-                have = sorted({t for n in pool for t in n.gpu_types}) or ["untyped"]
+            # SLURM may start the job on any node of the partition: every node's smallest card must hold it,
+            # unless the request narrows the nodes (gpu_model / typed gres above, or a constraint).
+            small = sorted(t for t, gb in known.items() if gb < req.gpu_mem_gb)
+            if small and not req.constraint:
+                fits = sorted({t for t, gb in known.items() if gb >= req.gpu_mem_gb})
+                names = [n.name for n in pool if set(n.gpu_types) & set(small)]
+                shown = ", ".join(names[:4]) + (f" +{len(names) - 4} more" if len(names) > 4 else "")
                 raise ConfigError(
-                    f"{req.job} asks for GPU type {req.gpu_type} but partition {part} has {', '.join(have)} (sinfo %G): change {req.keys['gpu_type']}"
+                    f"{req.job}: {req.keys['gpu_mem_gb']} = {req.gpu_mem_gb:g} but partition {part} also has {', '.join(f'{t} ({known[t]} GB)' for t in small)} on {shown} (sinfo %G), where the job may start: ask for {' or '.join(fits)} ({req.keys.get('gpu_type', 'gpu_model')}: {fits[0]}, or a constraint in the profile) or set {req.keys['gpu_mem_gb']} to {min(known[t] for t in small)}"
                 )
-            pool = typed
-        if req.gpus and req.gpu_mem_gb:
-            known = {t: GPU_TYPE_GB[t] for n in pool for t in n.gpu_types if t in GPU_TYPE_GB}
-            if known and all(n.gpu_types and all(t in known for t in n.gpu_types) for n in pool):
-                largest = max(known.values())
-                if req.gpu_mem_gb > largest:
-                    cards = ", ".join(f"{t} ({gb} GB)" for t, gb in sorted(known.items()))
-                    raise ConfigError(
-                        f"{req.job}: {req.keys['gpu_mem_gb']} = {req.gpu_mem_gb:g} but partition {part}'s GPUs are {cards} (sinfo %G): set it to {largest} (the memory check assumes it) or use a partition with larger GPUs"
-                    )
-        fit = [n for n in pool if n.cpus >= req.cpus and n.mem_mb >= req.mem_mb and n.gpus >= req.gpus]
-        if len(fit) < req.nodes:
-            raise ConfigError(
-                f"{req.job} asks for {req.nodes} nodes of {req.cpus} CPUs, {req.mem_mb} MB, {req.gpus} GPUs but partition {part} has {len(fit)} such node(s) (sinfo): lower {req.keys['nodes']} or the per-node request"
-            )
+    fit = [n for n in pool if n.cpus >= req.cpus and n.mem_mb >= req.mem_mb and n.gpus >= req.gpus]
+    if len(fit) < req.nodes:
+        raise ConfigError(
+            f"{req.job} asks for {req.nodes} nodes of {req.cpus} CPUs, {req.mem_mb} MB, {req.gpus} GPUs but partition {part} has {len(fit)} such node(s) (sinfo): lower {req.keys['nodes']} or the per-node request"
+        )
 
 
 def job_request(job, profile_key: str, exp_resources: dict | None = None) -> Request:
@@ -189,6 +263,9 @@ def job_request(job, profile_key: str, exp_resources: dict | None = None) -> Req
         gpus = gpu_count(str(r["gres"]))
         gpu_type = (gpu_types(str(r["gres"])) or (gpu_type,))[0]
     runtime = int(r.get("runtime", 0) or 0) or None
+    extra = str(r.get("slurm_extra") or "")
+    m = re.search(r"(?:^|[\s'\"])(?:-M\s*|--clusters?[=\s])['\"]?([^\s'\"]+)", extra)
+    cluster = str(r.get("cluster") or r.get("clusters") or r.get("slurm_cluster") or "") or (m.group(1) if m else None)
     wc = ", ".join(f"{v}" for v in job.wildcards_dict.values())
     name = f"rule {job.rule.name}" + (f" ({wc})" if wc else "")
     gpu_mem_gb = None
@@ -241,6 +318,8 @@ def job_request(job, profile_key: str, exp_resources: dict | None = None) -> Req
         runtime_min=runtime,
         gpu_type=gpu_type,
         gpu_mem_gb=gpu_mem_gb,
+        cluster=cluster,
+        constraint=str(r.get("constraint") or "") or None,
     )
 
 

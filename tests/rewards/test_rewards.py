@@ -52,6 +52,7 @@ def test_registry_lists_every_recipe_reward_with_docs():
         "max_value_correct": 1.0,
         "max_len": 30000,
         "clip_len": True,
+        "length_unit": "tokens",
     }
     assert reg["repetition_penalty"].defaults() == {"ngram_size": 40, "max_penalty": -0.05}
     assert reg["binary"].defaults() == {"correct": 1.0, "wrong": -1.0, "no_answer": -0.5}
@@ -185,6 +186,20 @@ def test_cosine_length_unit_tokens_when_given_else_characters():
     assert stats()["length_in_chars"] == before + 1  # the fallback is counted, never silent
 
 
+def test_cosine_counts_characters_unclipped_as_open_r1_does():
+    """open-r1's cosine_scaled_reward (src/open_r1/rewards.py): gen_len = len(content), progress = gen_len /
+    max_len, no clipping; recipe 002 ran it with open-r1's script defaults (cosine_min_value_wrong 0.0)."""
+    p = {"length_unit": "characters", "clip_len": False, "min_value_wrong": 0.0, "max_value_wrong": -0.5}
+    p |= {"min_value_correct": 0.5, "max_value_correct": 1.0}
+    text = RIGHT + " " * (len(RIGHT) % 2)  # an even length, so max_len = len / 2 is an integer
+    # The token count the trainer passes is ignored: L is the text's characters.
+    assert score("cosine", text, n_tokens=1, max_len=len(text), **p) == pytest.approx(0.5)  # p = 1: min_value_correct
+    assert score("cosine", text, n_tokens=1, max_len=2 * len(text), **p) == pytest.approx(0.75)  # p = 1/2
+    assert score("cosine", WRONG, n_tokens=1, max_len=len(WRONG), **p) == pytest.approx(-0.5)  # max_value_wrong
+    # Past max_len the cosine turns back (open-r1 never clips): p = 2 gives the p = 0 value again.
+    assert score("cosine", text, n_tokens=1, max_len=len(text) // 2, **p) == pytest.approx(1.0)
+
+
 def test_kimi_length_group():
     rs = RewardSet({"funcs": ["length"]})
     samples = [Sample(RIGHT, "72", 10), Sample(RIGHT, "72", 30), Sample(WRONG, "72", 20), Sample(WRONG, "72", 10)]
@@ -290,7 +305,7 @@ W = "experiments.x.rewards"
         ({"funcs": ["accuracy"], "eps": 0}, f"{W}.eps = 0: must be a number > 0"),
         (
             {"funcs": ["cosine"], "params": {"cosine": {"maxlen": 1}}},
-            f"{W}.params.cosine: unknown parameter 'maxlen' (known: clip_len, max_len,",
+            f"{W}.params.cosine: unknown parameter 'maxlen' (known: clip_len, length_unit, max_len,",
         ),
         (
             {"funcs": ["cosine"], "params": {"cosine": {"max_len": 0}}},

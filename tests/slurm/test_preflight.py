@@ -113,7 +113,7 @@ def test_sinfo_reads_the_partitions_time_limit_and_gpu_type(short_partition):
         Exception, match=r"asks for GPU type a100 but partition \S+ has h100 \(sinfo %G\): change gpu_model"
     ):
         check([Request(**{**req.__dict__, "gpu_type": "a100"})], nodes, None)
-    with pytest.raises(Exception, match=r"x.gpu_mem_gb = 141 but partition \S+'s GPUs are h100 \(80 GB\)"):
+    with pytest.raises(Exception, match=r"x.gpu_mem_gb = 141 but partition \S+'s GPUs are h100 \(94 GB\)"):
         check([Request(**{**req.__dict__, "gpu_mem_gb": 141})], nodes, None)
 
 
@@ -130,7 +130,7 @@ def test_a_job_longer_than_the_partitions_limit_is_refused_naming_resources_runt
         f"train_grpo:slurm_partition={short_partition}",
     ]
     lines, _ = refused(tmp_path, args)
-    line = f"grpoflow: rule train_grpo (tiny-arith-seed2) asks for 120 min but partition {short_partition} allows at most 60 min (sinfo %l): lower experiments.tiny-arith-seed2.resources.runtime (a longer run resumes across attempts: the profile's retries)"
+    line = f"grpoflow: rule train_grpo (tiny-arith-seed2) asks for 120 min but partition {short_partition} allows at most 60 min (sinfo %l): lower experiments.tiny-arith-seed2.resources.runtime (a longer run resumes across attempts: the profile's retries) (or GRPOFLOW_SKIP_PARTITION_CHECK=1 to skip this check)"
     assert line in lines, lines
     # retry_runtime counts too: the retries would ask for it.
     (tmp_path / "long.yaml").write_text(
@@ -140,7 +140,7 @@ def test_a_job_longer_than_the_partitions_limit_is_refused_naming_resources_runt
     assert any(
         "asks for 90 min" in ln
         and ln.endswith(
-            "lower experiments.tiny-arith-seed2.resources.retry_runtime (a longer run resumes across attempts: the profile's retries)"
+            "lower experiments.tiny-arith-seed2.resources.retry_runtime (a longer run resumes across attempts: the profile's retries) (or GRPOFLOW_SKIP_PARTITION_CHECK=1 to skip this check)"
         )
         for ln in lines
     ), lines

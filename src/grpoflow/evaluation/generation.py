@@ -68,6 +68,11 @@ def resolve_model(name: str, entry: dict, inputs: dict) -> ModelSource:
         trust = record.get("trust_remote_code", (entry.get("sft") or {}).get("trust_remote_code", False))
         return ModelSource(name, kind, path, trust_remote_code=bool(trust), experiment=entry.get("experiment"))
     path = entry["path"]
+    if inputs.get("hub_manifest"):
+        # A Hub id fetched by download_model: its pinned snapshot (jobs run offline).
+        from grpoflow.models import snapshot_of
+
+        path = snapshot_of(inputs["hub_manifest"])
     if not os.path.isdir(path) and (os.path.exists(path) or not HUB_ID.match(path)):
         raise DataError(
             f"evaluation.models.{name}.path = {path!r} is neither a model directory nor a Hub id (org/name)"

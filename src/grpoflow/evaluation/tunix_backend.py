@@ -90,6 +90,9 @@ def generate(
     from tunix.generate import sampler as sampler_lib
 
     from grpoflow.backends.tunix import qwen3
+    from grpoflow.backends.tunix.device import require_declared_tpu
+
+    require_declared_tpu(f"evaluate ({source.name})")  # before the model is loaded
 
     class IdsSampler(sampler_lib.Sampler):
         def tokenize(self, input_string):  # the prompts are token ids already

@@ -192,8 +192,9 @@ def format2(s: Sample) -> float:
 def _cosine_check(p: dict) -> str | None:
     if p["min_value_correct"] > p["max_value_correct"]:
         return "min_value_correct must be <= max_value_correct"
-    if p["min_value_wrong"] > p["max_value_wrong"]:
-        return "min_value_wrong must be <= max_value_wrong"
+    # No order is required of the wrong-answer values: open-r1's GRPO script defaults (cosine_min_value_wrong 0.0,
+    # cosine_max_value_wrong -0.5, src/open_r1/configs.py) give min > max, which recipe 002 ran with (a short wrong
+    # answer earns 0.0, a long one -0.5).
     return None
 
 
@@ -211,6 +212,12 @@ cross_check("cosine")(_cosine_check)
         "max_value_correct": Param(1.0, number(), "reward of a correct answer of length 0"),
         "max_len": Param(30000, integer(exclusiveMinimum=0), "length (tokens) at which the schedule ends"),
         "clip_len": Param(True, BOOLEAN, "cap progress L/max_len at 1 (false: the cosine keeps oscillating)"),
+        "length_unit": Param(
+            "tokens",
+            {"type": "string", "enum": ["tokens", "characters"]},
+            "what L counts: tokens (characters when the trainer gives none), or characters of the completion "
+            "text as open-r1's cosine_scaled_reward counts them (len(content))",
+        ),
     },
 )
 def cosine(
@@ -221,12 +228,15 @@ def cosine(
     max_value_correct: float,
     max_len: int,
     clip_len: bool,
+    length_unit: str = "tokens",
 ) -> float:
     """Length-scaled correctness (open-r1 ``cosine_scaled_reward``): with progress p = L/max_len, a correct
     answer earns from ``max_value_correct`` (p=0) down to ``min_value_correct`` (p=1); a wrong one (or no answer)
     from ``min_value_wrong`` (p=0) up to ``max_value_wrong`` (p=1): short right answers are best, long wrong
-    ones are punished less than short wrong ones. L is in tokens when given, else characters."""
-    progress = s.length() / max_len
+    ones are punished less than short wrong ones. L is in tokens (characters when none are given), or with
+    ``length_unit: characters`` the completion text's characters, as open-r1 counts (``gen_len = len(content)``;
+    open-r1 also never clips: ``clip_len: false``)."""
+    progress = (len(s.text) if length_unit == "characters" else s.length()) / max_len
     if clip_len:
         progress = min(progress, 1.0)
     if s.verdict.correct:
@@ -315,22 +325,56 @@ _TPU_TAGS = {
 }
 
 
+def _at_line_start(text: str, pos: int) -> bool:
+    """Whether ``^\\s*`` (MULTILINE) can end at ``pos``: only whitespace before it back to the text's start or
+    to a newline."""
+    k = pos
+    while k > 0 and text[k - 1].isspace():
+        if text[k - 1] == "\n":
+            return True
+        k -= 1
+    return k == 0
+
+
+def _at_line_end(text: str, pos: int) -> bool:
+    """Whether ``\\s*$`` (MULTILINE) can start at ``pos``: only whitespace after it up to the text's end or to a
+    newline."""
+    k, n = pos, len(text)
+    while k < n and text[k].isspace():
+        if text[k] == "\n":
+            return True
+        k += 1
+    return k == n
+
+
 def tag_format_match(text: str, reasoning_tag: str = "reasoning", answer_tag: str = "answer") -> str | None:
-    """The TPU recipe's ``match_format`` (``^\\s*<reasoning>.+?</reasoning>.*?<answer>(.+?)</answer>\\s*$``,
-    DOTALL): the answer block's content when the text is a non-empty reasoning block, then anything, then a
-    non-empty answer block and nothing else; else None. Decided by string scans in linear time (the regex's three
-    lazy quantifiers backtrack polynomially): the earliest ``</reasoning>`` and the earliest ``<answer>`` after
-    it are the regex's lazy choices, and the answer block ends at the final ``</answer>``."""
+    """The TPU recipe's ``match_format`` (``^[\\s]{0,}<reasoning>.+?</reasoning>.*?<answer>(.+?)</answer>[\\s]{0,}$``
+    with ``re.MULTILINE | re.DOTALL``, applied with ``search``): the answer block's content when some line starts
+    (after whitespace) with a non-empty reasoning block, followed by anything, then a non-empty answer block whose
+    line ends after it (whitespace only); else None. MULTILINE lets ``^`` and ``$`` match at every line, so a
+    preamble line before ``<reasoning>`` or a line after ``</answer>`` still matches, as in the recipe.
+
+    Decided by string scans in linear time (the regex's three lazy quantifiers backtrack polynomially), choosing
+    what ``search`` chooses: the earliest ``<reasoning>`` at a line start (an earlier one allows every later
+    choice), the earliest ``</reasoning>`` and ``<answer>`` after it (the lazy ``.+?`` and ``.*?``), and the
+    earliest ``</answer>`` at a line end (the lazy ``(.+?)``). Each scan stops at a tag's ``<``, so the whitespace
+    scans cover disjoint stretches."""
     (ro, rc), (ao, ac) = _tag(reasoning_tag), _tag(answer_tag)
-    start = len(text) - len(text.lstrip())
-    end = len(text.rstrip()) - len(ac)
-    if not text.startswith(ro, start) or end < start or not text.startswith(ac, end):
+    start = text.find(ro)
+    while start >= 0 and not _at_line_start(text, start):
+        start = text.find(ro, start + 1)
+    if start < 0:
         return None
     close = text.find(rc, start + len(ro) + 1)  # .+? : at least one character of reasoning
     if close < 0:
         return None
     open_answer = text.find(ao, close + len(rc))
-    if open_answer < 0 or open_answer + len(ao) >= end:  # (.+?) : at least one character of answer
+    if open_answer < 0:
+        return None
+    end = text.find(ac, open_answer + len(ao) + 1)  # (.+?) : at least one character of answer
+    while end >= 0 and not _at_line_end(text, end + len(ac)):
+        end = text.find(ac, end + 1)
+    if end < 0:
         return None
     return text[open_answer + len(ao) : end]
 

@@ -53,8 +53,9 @@ def test_the_experiment_has_the_recipes_values(cfg):
     assert grpo["total_steps"] == math.ceil(3 * GSM8K_TRAIN / grpo["prompts_per_step"]) == 2803
     assert exp["rewards"]["funcs"] == ["boxed_binary"] and exp["rewards"]["normalize"] == "none"
     assert exp["rewards"]["params"] == {"boxed_binary": {"correct": 1.0, "wrong": -1.0, "no_answer": -0.5}}
-    # `accelerate launch --multi_gpu`: 2 GPUs on one node, a training process on each, vLLM colocated.
-    assert exp["resources"]["gpus_per_node"] == 2 and exp["resources"]["nodes"] == 1
+    # The recipe's one 24 GB GPU (its minimum requirement): one training process, vLLM colocated.
+    assert exp["resources"]["gpus_per_node"] == 1 and exp["resources"]["nodes"] == 1
+    assert exp["resources"]["gpu_mem_gb"] == 24
     assert exp["trl"]["vllm"]["mode"] == "colocate"
 
 
@@ -114,10 +115,12 @@ def test_trl_gets_beta_sampling_and_batch_from_the_config(spec):
     assert (args.temperature, args.top_p) == (0.7, 0.9)
     assert args.max_completion_length == 2048
     assert args.learning_rate == 5e-6
-    # Each of the 2 processes: per-device 4 x accumulation 2 = 8 completions; 16 per optimizer step in all.
-    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (4, 2)
+    # One process: per-device 4 x accumulation 4 = 16 completions per optimizer step, as the recipe.
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (4, 4)
     assert args.generation_batch_size * spec["trl"]["processes"] == 16, "one round of 8 prompts x 2 per step"
-    assert kwargs["vllm_max_model_length"] == 512 + 2048 and kwargs["vllm_importance_sampling_correction"]
+    assert kwargs["vllm_max_model_length"] == 512 + 2048
+    # top_p 0.9 under TRL's importance-sampling correction would scale each token's loss by ~0.9 (refused at load).
+    assert kwargs["vllm_importance_sampling_correction"] is False
     assert args.max_steps == 2803 and args.loss_type == "grpo"
     assert args.disable_dropout is False, "TRL would zero the LoRA dropout otherwise"
 

@@ -61,17 +61,17 @@ def test_a_gpu_job_in_the_wrong_environment_stops_before_loading_anything(defaul
     assert "none.json" not in proc.stderr and "Loading" not in proc.stderr
 
 
-# Both recipes ship on 2 GPUs (004: the recipe's `accelerate launch --multi_gpu`; 002: an Accelerate launch); recipe
-# 002's grid goes to one process per run with gpus_per_node: 1 (cheaper in GPU-hours, its config says why).
+# Recipe 004 ships on its one 24 GB GPU; 002 on 2 GPUs (an Accelerate launch), and its grid goes to one process per
+# run with gpus_per_node: 1 (cheaper in GPU-hours, its config says why).
 @pytest.mark.parametrize(
-    "config, overlay",
+    "config, overlay, n",
     [
-        ("config/qwen2.5-math-1.5b-lora-binary.yaml", None),
-        ("config/qwen3-0.6b-lora-ablations.yaml", None),
-        ("config/qwen3-0.6b-lora-ablations.yaml", "defaults: {resources: {gpus_per_node: 1}}\n"),
+        ("config/qwen2.5-math-1.5b-lora-binary.yaml", None, 1),
+        ("config/qwen3-0.6b-lora-ablations.yaml", None, 2),
+        ("config/qwen3-0.6b-lora-ablations.yaml", "defaults: {resources: {gpus_per_node: 1}}\n", 1),
     ],
 )
-def test_dry_run_of_the_recipe_configs_shows_torchrun_vllm_and_the_cluster_interpreter(tmp_path, config, overlay):
+def test_dry_run_of_the_recipe_configs_shows_torchrun_vllm_and_the_cluster_interpreter(tmp_path, config, overlay, n):
     wd = make_workdir(tmp_path)
     files = [config]
     if overlay is not None:
@@ -84,7 +84,6 @@ def test_dry_run_of_the_recipe_configs_shows_torchrun_vllm_and_the_cluster_inter
         wd,
     )
     text = out.stdout + out.stderr
-    n = 1 if overlay else 2
     if n == 2:
         launch = (
             f"{{ {py} -m grpoflow.envcheck train-trl-gpu colocate lora && env TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900 "

@@ -28,7 +28,7 @@ SETTINGS: dict[str, str] = {
     ),
     "grpo.learning_rate": "GRPOConfig.learning_rate",
     "grpo.lr_scheduler": "GRPOConfig.lr_scheduler_type",
-    "grpo.lr_warmup_ratio": "GRPOConfig.warmup_steps",
+    "grpo.lr_warmup_ratio": "GRPOConfig.warmup_steps, GRPOConfig.lr_scheduler_type",
     "grpo.kl_coef": "GRPOConfig.beta",
     "grpo.clip_ratio": "GRPOConfig.epsilon",
     "grpo.clip_ratio_high": "GRPOConfig.epsilon_high",
@@ -59,6 +59,18 @@ METRICS: dict[str, str] = {
     "completions/max_length": "response_length_max",
     "completions/clipped_ratio": "truncated_fraction",
     "clip_ratio/region_mean": "clip_ratio",
+    "clip_ratio/low_mean": "clip_ratio_low",
+    "clip_ratio/high_mean": "clip_ratio_high",
+    "clip_ratio/low_min": "clip_ratio_low_min",
+    "clip_ratio/high_max": "clip_ratio_high_max",
+    # TRL with vLLM and vllm_importance_sampling_correction (GRPOTrainer._generate_and_score_completions): the
+    # correction's weight exp(trainer log-prob - vLLM log-prob) over the completion tokens (grpoflow.health reads
+    # is_ratio_mean) and |trainer - vLLM| log-prob per token.
+    "sampling/importance_sampling_ratio/mean": "is_ratio_mean",
+    "sampling/importance_sampling_ratio/min": "is_ratio_min",
+    "sampling/importance_sampling_ratio/max": "is_ratio_max",
+    "sampling/sampling_logp_difference/mean": "logp_diff_mean",
+    "sampling/sampling_logp_difference/max": "logp_diff_max",
     "frac_reward_zero_std": "frac_reward_zero_std",
     "kl": "kl",
     "entropy": "entropy",

@@ -15,9 +15,14 @@ trl/generation/vllm_generation.py):
   "external_launcher"``) that reserves ``gpu_memory_utilization × total memory`` at start and keeps it (sleep mode
   is off), plus CUDA graphs outside that share (docs: NOTES on vLLM; taken as VLLM_OUTSIDE_GIB).
 - Activations: gradient checkpointing (on for GPUs) keeps each layer's input until its backward, plus one
-  recomputed layer's working set; logits of the completion tokens (``logits_to_keep``) in bf16, a temperature-
-  scaled copy, and the fp32 log-softmax/entropy TRL computes for every token (LOGIT_BYTES_TRL). Tokens per
-  micro-batch are the worst case: ``completions_per_device_batch × (max_prompt_length + max_response_length)``.
+  recomputed layer's working set. Tokens per micro-batch are the worst case: ``completions_per_device_batch ×
+  (max_prompt_length + max_response_length)``.
+- The LM head never materialises the ``[tokens, vocab]`` logits: TRL 1.16 patches the model with a fused head
+  (grpo_trainer.py:1066-1076 ``add_fused_lm_head``; every log-prob call passes ``fused_lm_head=True``,
+  grpo_trainer.py:1497-1498) that projects the scored positions in tiles of at most TOKEN_CHUNK_SIZE tokens ×
+  ``_CHUNKED_LOGPROB_CHUNK_SIZE`` vocabulary entries into one reused buffer (trl/kernels/chunked_logprob.py:347-356,
+  trl/trainer/utils.py:1506 and 1644-1654). What it holds is ``lm_head_bytes`` below; it does not grow with the
+  vocabulary and grows with the tokens only through the hidden states and a few fp32 numbers per token.
 
 What it cannot know (CUDA context, NCCL buffers, allocator fragmentation) takes verl's stated constants; nothing
 here was measured on a GPU (none here).
@@ -37,8 +42,16 @@ from grpoflow.backends.verl.memory import (
     architecture,
 )
 
-# bf16 logits (2) + the temperature-scaled copy (2) + fp32 log-softmax / entropy over the vocabulary (4).
-LOGIT_BYTES_TRL = 8
+# TRL 1.16's fused LM head (trl/kernels/chunked_logprob.py:31 TOKEN_CHUNK_SIZE; trl/trainer/utils.py:1506
+# _CHUNKED_LOGPROB_CHUNK_SIZE): one [4096, 32768] tile buffer in the compute dtype, whatever the vocabulary.
+# Checked on CPU (TRL's own ChunkedLogProbFunction, forward + backward, H 256, V 65,536, fp32): peak RSS grew by
+# 4,910 MiB at 4,096 tokens and 4,923 MiB at 16,384 (full logits: 1,024 and 4,096 MiB), i.e. flat in the tokens;
+# the CPU fallback's torch ops hold ~10 tile-sized temporaries where the GPU's Triton kernel folds in place.
+LM_HEAD_TOKEN_CHUNK = 4096
+LM_HEAD_VOCAB_CHUNK = 32768
+# fp32 vectors of one number per scored token: chunked_logprob.py:340-346 (7 running statistics) + log-prob and
+# entropy out (378-380) + their fp32 incoming gradients in backward (414-415).
+LM_HEAD_FP32_PER_TOKEN = 11
 # vLLM memory outside gpu_memory_utilization (CUDA graphs, its allocator's leftovers): NOTES-cluster-deployment.md
 # gives 1-4 GiB; the low end for the small models TRL runs here.
 VLLM_OUTSIDE_GIB = 1.0
@@ -53,6 +66,24 @@ def master_bytes(exp: dict) -> int:
     if dtype == "auto":
         return 2 if lora else 4
     return 4 if dtype == "float32" else 2
+
+
+def lm_head_bytes(tokens: int, hidden: int, vocab: int, full_finetune: bool, compute_bytes: int = 2) -> int:
+    """Bytes TRL 1.16's fused LM head adds at its peak (the backward) for ``tokens`` scored positions, bf16 autocast.
+
+    - the tile buffer, reallocated in backward: ``min(tokens, 4096) × min(vocab, 32768)`` in the compute dtype
+      (chunked_logprob.py:347 forward, 413 backward; the forward's is freed by then);
+    - the scored hidden states gathered into a new tensor (``hidden_states[mask]``, utils.py:1646) and saved for
+      backward (chunked_logprob.py:386), in the compute dtype, and their gradient accumulated in fp32
+      (chunked_logprob.py:406-408);
+    - the per-token fp32 statistics (LM_HEAD_FP32_PER_TOKEN);
+    - a full fine-tune trains the head: its fp32 gradient accumulator ``[vocab, hidden]`` (chunked_logprob.py:409-411)
+      and, with fp32 masters, a compute-dtype copy of one vocabulary tile of the weight (423).
+    """
+    tile = min(tokens, LM_HEAD_TOKEN_CHUNK) * min(vocab, LM_HEAD_VOCAB_CHUNK) * compute_bytes
+    per_token = tokens * (hidden * (compute_bytes + 4) + LM_HEAD_FP32_PER_TOKEN * 4)
+    head_grad = vocab * hidden * 4 + min(vocab, LM_HEAD_VOCAB_CHUNK) * hidden * compute_bytes if full_finetune else 0
+    return tile + per_token + head_grad
 
 
 def estimate(name: str, exp: dict, processes: int, micro: int, vllm_mode: str) -> Breakdown | None:
@@ -77,11 +108,13 @@ def estimate(name: str, exp: dict, processes: int, micro: int, vllm_mode: str) -
     reference = P * wbytes / GIB if grpo["kl_coef"] > 0 and not lora else 0.0
 
     tokens = micro * (grpo["max_prompt_length"] + grpo["max_response_length"])
+    # Only the completion tokens are scored (labels -100 elsewhere, grpo_trainer.py:1494-1496).
     completion_tokens = micro * grpo["max_response_length"]
-    logits = completion_tokens * arch.vocab_size * LOGIT_BYTES_TRL / GIB
+    logits = lm_head_bytes(completion_tokens, arch.hidden_size, arch.vocab_size, not lora) / GIB
     layer_act = arch.layer_activation_bytes_per_token()
     kept = tokens * arch.hidden_size * 2 * arch.num_layers / GIB  # gradient checkpointing: each layer's input
     working = tokens * layer_act * LAYER_BACKWARD_FACTOR / GIB
+    # The head's backward runs before the layers' recomputation, so its working set and one layer's never coexist.
     activations = kept + max(logits, working)
 
     fixed = CUDA_CONTEXT_GIB + (NCCL_GIB if processes > 1 else 0.0)
@@ -101,11 +134,11 @@ def estimate(name: str, exp: dict, processes: int, micro: int, vllm_mode: str) -
             "AdamW state": adam,
             "DDP buckets": ddp,
             "reference": reference,
-            "activations+logits": activations,
+            "activations+LM head": activations,
             "vLLM (util × memory + graphs)": vllm,
             "CUDA/NCCL": fixed,
         },
-        states + ["activations+logits"],
+        states + ["activations+LM head"],
     )
     step = phase(
         "optimizer step",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import shutil
 import time
@@ -169,6 +170,20 @@ def _callbacks(live_metrics: Path, spec: dict):
 # Training
 
 
+def warmup_steps(grpo: dict) -> int:
+    """grpo.lr_warmup_ratio as steps, rounded up as transformers rounds a ratio (TrainingArguments.get_warmup_steps;
+    given the ratio itself it would read 1.0 as one step)."""
+    return math.ceil(grpo["lr_warmup_ratio"] * grpo["total_steps"])
+
+
+def lr_scheduler_type(grpo: dict) -> str:
+    """transformers' ``constant`` schedule ignores warmup_steps: a warm-up asked for goes to ``constant_with_warmup``
+    (what verl's and Tunix's constant schedules do with a warm-up ratio)."""
+    if grpo["lr_scheduler"] == "constant" and warmup_steps(grpo):
+        return "constant_with_warmup"
+    return grpo["lr_scheduler"]
+
+
 def grpo_config_kwargs(spec: dict) -> dict:
     grpo, trl = spec["grpo"], spec["trl"]
     G = grpo["num_generations"]
@@ -192,8 +207,8 @@ def grpo_config_kwargs(spec: dict) -> dict:
         num_generations=G,
         max_completion_length=grpo["max_response_length"],
         learning_rate=grpo["learning_rate"],
-        lr_scheduler_type=grpo["lr_scheduler"],
-        warmup_steps=grpo["lr_warmup_ratio"],
+        lr_scheduler_type=lr_scheduler_type(grpo),
+        warmup_steps=warmup_steps(grpo),
         beta=grpo["kl_coef"],
         epsilon=grpo["clip_ratio"],
         epsilon_high=grpo["clip_ratio_high"] if grpo["clip_ratio_high"] is not None else grpo["clip_ratio"],
@@ -354,6 +369,21 @@ def _from_rank_zero(resume, refusal: GrpoflowError | None):
 
 def train(spec: dict, model_path: str, resume: Path | None) -> int:
     """GRPOTrainer from ``model_path`` (or ``resume``) to ``grpo.total_steps``; returns the step it stopped at."""
+    grpo = spec["grpo"]
+    trainer = build_trainer(spec, model_path)
+    started = time.time()
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    log.info(
+        "training stopped at step %d of %d after %.0f s",
+        trainer.state.global_step,
+        grpo["total_steps"],
+        time.time() - started,
+    )
+    return trainer.state.global_step
+
+
+def build_trainer(spec: dict, model_path: str):
+    """The GRPOTrainer of the spec, starting from ``model_path``."""
     import torch
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
@@ -369,7 +399,8 @@ def train(spec: dict, model_path: str, resume: Path | None) -> int:
         spec["rewards"], grpo["num_generations"], tokenizer=tokenizer, max_response_length=grpo["max_response_length"]
     )
     # trl.extra_args.generation_kwargs (if any) adds to the stop tokens rather than dropping them.
-    generation = {**stop_kwargs(spec, tokenizer, model_path), **spec["trl"]["extra_args"].get("generation_kwargs", {})}
+    stops = stop_kwargs(spec, tokenizer, model_path)
+    generation = {**stops, **spec["trl"]["extra_args"].get("generation_kwargs", {})}
     args = grpo_config(spec, {**rewards.config_kwargs, "generation_kwargs": generation})
     torch.manual_seed(grpo["seed"])
     trainer = GRPOTrainer(
@@ -381,15 +412,12 @@ def train(spec: dict, model_path: str, resume: Path | None) -> int:
         peft_config=peft_config(grpo.get("lora")),
         callbacks=_callbacks(Path(spec["checkpoint_dir"]) / LIVE_METRICS, spec),
     )
-    started = time.time()
-    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    log.info(
-        "training stopped at step %d of %d after %.0f s",
-        trainer.state.global_step,
-        grpo["total_steps"],
-        time.time() - started,
-    )
-    return trainer.state.global_step
+    # TRL ends a completion (HF generate's mask) and tells it from a truncated one (completions/clipped_ratio, and
+    # mask_truncated_completions) by trainer.eos_token_ids, which it takes from the tokenizer's and the model
+    # generation_config's EOS only. Qwen2.5-Math's list only <|endoftext|>: every rollout that ended at the chat
+    # template's <|im_end|> (a stop token here) counted as truncated. The stop tokens end a completion too.
+    trainer.eos_token_ids = list(dict.fromkeys([*trainer.eos_token_ids, *next(iter(stops.values()))]))
+    return trainer
 
 
 def finish(spec: dict, model_path: str, final_step: int) -> dict:

@@ -3,17 +3,24 @@ composed by grpoflow.backends.trl.commandline)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from grpoflow.backends.common import train_main
 
 
 def env_check(spec: dict) -> None:
-    """On GPUs the job must run in the cluster environment (CUDA torch, TRL, vLLM): checked before anything loads.
-    On the CPU it runs in Snakemake's own environment, which the workflow itself needs, so nothing to check."""
+    """On GPUs: first the GPU node's own check (grpoflow.gpucheck: driver vs the environment's CUDA, compute mode),
+    as verl's wrapper and vLLM evaluation run it, its failure recorded next to the completion marker so that the
+    profile's retries ask for no GPU; then the cluster environment (CUDA torch, TRL, vLLM), before anything loads.
+    Under torchrun rank 0 alone runs the node check (one record writer; torchrun stops the others when it fails).
+    On the CPU the job runs in Snakemake's own environment, which the workflow itself needs, so nothing to check."""
     if not spec["trl"]["use_cpu"]:
+        from grpoflow import gpucheck
         from grpoflow.envcheck import check_trl_gpu
 
+        if os.environ.get("RANK", "0") == "0":
+            gpucheck.checked("train_grpo (backend trl)", spec["marker"])
         check_trl_gpu(spec)
 
 

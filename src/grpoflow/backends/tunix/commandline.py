@@ -15,7 +15,8 @@ from grpoflow.backends import common
 from grpoflow.config import WorkflowConfig, register_backend_check
 from grpoflow.errors import ConfigError
 
-# tunix.* keys that only feed config-load checks: not the trainer's business, so changing them reruns nothing.
+# tunix.* keys that only feed checks (config load; tpu also the job's start check, through GRPOFLOW_TUNIX_TPU, which
+# the rule exports outside the spec): not the trainer's business, so changing them reruns nothing.
 CHECK_ONLY = ("tpu",)
 
 

@@ -235,7 +235,7 @@ def _optimizer(grpo: dict, tunix: dict):
     def clipped_adamw(learning_rate):
         return optax.chain(
             optax.clip_by_global_norm(grpo["max_grad_norm"]),
-            optax.adamw(learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=tunix["weight_decay"]),
+            optax.adamw(learning_rate, b1=0.9, b2=tunix["adam_b2"], eps=1e-8, weight_decay=tunix["weight_decay"]),
         )
 
     # inject_hyperparams around the whole chain: Tunix logs the learning rate from opt_state.hyperparams.
@@ -405,6 +405,9 @@ def _prefixed(metric_fn):
 
 def run_training(spec: dict) -> dict:
     """Train (or resume) to ``grpo.total_steps``; write the metrics and the completion marker. Returns the marker."""
+    from grpoflow.backends.tunix.device import require_declared_tpu
+
+    require_declared_tpu(f"train_grpo ({spec['experiment']})")  # before the lock, the data and the model
     total = spec["grpo"]["total_steps"]
     model_path = sft_model_path(spec["sft"])
     with exclusive_dir(spec["checkpoint_dir"]):
