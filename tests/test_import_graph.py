@@ -1,9 +1,6 @@
 """The import graph of src/grpoflow, derived from the source (every ``import`` and ``from ... import``, at module
 level or inside a function; ``if TYPE_CHECKING:`` blocks excluded, they never run): no import circle.
-
-One circle is still known and listed here: the verifier's format check (``format_ok(style="tags")``) calls the
-TPU recipe's tag-format helpers in ``rewards.funcs``, which import the verifier. A new circle, or this one
-growing, fails."""
+"""
 
 from __future__ import annotations
 
@@ -13,7 +10,6 @@ from pathlib import Path
 from grpoflow_testing import REPO
 
 SRC = REPO / "src"
-KNOWN_CIRCLES = [{"grpoflow.rewards.funcs", "grpoflow.rewards.verifier"}]
 
 
 def modules() -> dict[str, Path]:
@@ -111,9 +107,8 @@ def test_the_graph_is_read_from_the_source():
     assert graph["grpoflow.errors"] == set() and graph["grpoflow.hubid"] == set()
 
 
-def test_no_import_circle_but_the_known_one():
-    found = circles(import_graph())
-    assert sorted(map(sorted, found)) == sorted(map(sorted, KNOWN_CIRCLES)), found
+def test_no_import_circle():
+    assert circles(import_graph()) == []
 
 
 def test_the_circle_finder_finds_one():

@@ -24,6 +24,8 @@ from grpoflow.rewards import _linear_re as lre
 from grpoflow.rewards import extract as _extract
 from grpoflow.rewards.numbers import parse_number
 from grpoflow.rewards.registry import BOOLEAN, TAG, Param, cross_check, integer, nullable, number, register
+from grpoflow.rewards.tag_format import tag as _tag
+from grpoflow.rewards.tag_format import tag_format_match, tag_format_text
 from grpoflow.rewards.verifier import Verdict, _count, verify
 
 __all__ = ["Sample", "tag_format_match", "tag_format_text", "kimi_length"]
@@ -70,10 +72,6 @@ def _warn_chars() -> None:
             "grpoflow.rewards: no token counts were given, so completion lengths are measured in characters "
             "(length parameters such as cosine.max_len are meant in tokens)"
         )
-
-
-def _tag(name: str) -> tuple[str, str]:
-    return f"<{name}>", f"</{name}>"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -323,70 +321,6 @@ _TPU_TAGS = {
     "reasoning_tag": Param("reasoning", TAG, "tag around the reasoning"),
     "answer_tag": Param("answer", TAG, "tag around the answer"),
 }
-
-
-def _at_line_start(text: str, pos: int) -> bool:
-    """Whether ``^\\s*`` (MULTILINE) can end at ``pos``: only whitespace before it back to the text's start or
-    to a newline."""
-    k = pos
-    while k > 0 and text[k - 1].isspace():
-        if text[k - 1] == "\n":
-            return True
-        k -= 1
-    return k == 0
-
-
-def _at_line_end(text: str, pos: int) -> bool:
-    """Whether ``\\s*$`` (MULTILINE) can start at ``pos``: only whitespace after it up to the text's end or to a
-    newline."""
-    k, n = pos, len(text)
-    while k < n and text[k].isspace():
-        if text[k] == "\n":
-            return True
-        k += 1
-    return k == n
-
-
-def tag_format_match(text: str, reasoning_tag: str = "reasoning", answer_tag: str = "answer") -> str | None:
-    """The TPU recipe's ``match_format`` (``^[\\s]{0,}<reasoning>.+?</reasoning>.*?<answer>(.+?)</answer>[\\s]{0,}$``
-    with ``re.MULTILINE | re.DOTALL``, applied with ``search``): the answer block's content when some line starts
-    (after whitespace) with a non-empty reasoning block, followed by anything, then a non-empty answer block whose
-    line ends after it (whitespace only); else None. MULTILINE lets ``^`` and ``$`` match at every line, so a
-    preamble line before ``<reasoning>`` or a line after ``</answer>`` still matches, as in the recipe.
-
-    Decided by string scans in linear time (the regex's three lazy quantifiers backtrack polynomially), choosing
-    what ``search`` chooses: the earliest ``<reasoning>`` at a line start (an earlier one allows every later
-    choice), the earliest ``</reasoning>`` and ``<answer>`` after it (the lazy ``.+?`` and ``.*?``), and the
-    earliest ``</answer>`` at a line end (the lazy ``(.+?)``). Each scan stops at a tag's ``<``, so the whitespace
-    scans cover disjoint stretches."""
-    (ro, rc), (ao, ac) = _tag(reasoning_tag), _tag(answer_tag)
-    start = text.find(ro)
-    while start >= 0 and not _at_line_start(text, start):
-        start = text.find(ro, start + 1)
-    if start < 0:
-        return None
-    close = text.find(rc, start + len(ro) + 1)  # .+? : at least one character of reasoning
-    if close < 0:
-        return None
-    open_answer = text.find(ao, close + len(rc))
-    if open_answer < 0:
-        return None
-    end = text.find(ac, open_answer + len(ao) + 1)  # (.+?) : at least one character of answer
-    while end >= 0 and not _at_line_end(text, end + len(ac)):
-        end = text.find(ac, end + 1)
-    if end < 0:
-        return None
-    return text[open_answer + len(ao) : end]
-
-
-def tag_format_text(completion: str, reasoning_tag: str) -> str:
-    """The text the tag-format rewards read: the response after any ``</think>`` (a thinking model may reason
-    first, then answer in the recipe's format; a cut-off reasoning block leaves nothing), or — when the format's
-    own reasoning tag is ``think`` — the whole completion."""
-    if reasoning_tag == "think":
-        return _extract.strip_end_tokens(completion)
-    response, _ = _extract.response_part(completion)
-    return response or ""
 
 
 @register("match_format_exactly", params=dict(_TPU_TAGS))

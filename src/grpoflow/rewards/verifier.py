@@ -32,6 +32,7 @@ from grpoflow.rewards import _linear_re as lre
 from grpoflow.rewards import extract as _extract
 from grpoflow.rewards._sandbox import default_pool
 from grpoflow.rewards.numbers import MINUS_SIGNS, Number, numbers_equal, parse_number, words_to_number
+from grpoflow.rewards.tag_format import tag_format_match, tag_format_text
 
 __all__ = [
     "Verdict",
@@ -793,7 +794,5 @@ def format_ok(
         v = _extract.extract_answer(completion)
         return v.source == "boxed"
     if style == "tags":
-        from grpoflow.rewards.funcs import tag_format_match, tag_format_text
-
         return tag_format_match(tag_format_text(completion, reasoning_tag), reasoning_tag, answer_tag) is not None
     raise ValueError(f"format_ok: unknown style {style!r} (boxed or tags)")
