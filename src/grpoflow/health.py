@@ -180,10 +180,15 @@ class HealthMonitor:
         if self._flat_in_a_row < 2:
             return None
         return (
-            f"reward flat: mean reward {trend['last']:.3f} over steps {step - self.window + 1}-{step} against "
-            f"{trend['first']:.3f} over the first {self.window} (change {trend['delta']:+.3f}, 99 % interval "
-            f"[{trend['ci'][0]:+.3f}, {trend['ci'][1]:+.3f}]): no rise beyond noise; check grpo.learning_rate, "
-            "the rewards, and the no_signal check"
+            f"reward flat: {self._change(step, trend, f'over the first {self.window}')}: no rise beyond noise; "
+            "check grpo.learning_rate, the rewards, and the no_signal check"
+        )
+
+    def _change(self, step: int, change: dict, against: str) -> str:
+        return (
+            f"mean reward {change['last']:.3f} over steps {step - self.window + 1}-{step} against "
+            f"{change['first']:.3f} {against} (change {change['delta']:+.3f}, 99 % interval "
+            f"[{change['ci'][0]:+.3f}, {change['ci'][1]:+.3f}])"
         )
 
     def _reward_drop(self, step: int) -> str | None:
@@ -191,14 +196,12 @@ class HealthMonitor:
         if n < self.window or n % self.window:
             return None
         for against, change in (
-            ("step 1 (the start model)", self.from_start()),
-            (f"the first {self.window}", self.trend()),
+            ("at step 1 (the start model)", self.from_start()),
+            (f"at the first {self.window}", self.trend()),
         ):
-            if change is not None and change["ci"][1] < 0 and (n >= 2 * self.window or against.startswith("step")):
+            if change is not None and change["ci"][1] < 0 and (n >= 2 * self.window or "step 1" in against):
                 return (
-                    f"reward fell: mean reward {change['last']:.3f} over steps {step - self.window + 1}-{step} against "
-                    f"{change['first']:.3f} at {against} (change {change['delta']:+.3f}, 99 % interval "
-                    f"[{change['ci'][0]:+.3f}, {change['ci'][1]:+.3f}]): training is making the start model worse; "
+                    f"reward fell: {self._change(step, change, against)}: training is making the start model worse; "
                     "lower grpo.learning_rate or grpo.max_grad_norm"
                 )
         return None
