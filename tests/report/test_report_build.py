@@ -451,6 +451,6 @@ def test_training_health_is_reported_and_the_best_run_that_did_not_learn_says_so
     section = summary.split("## Training health", 1)[1].split("\n## ", 1)[0]
     assert "| `flat` | **no evidence of learning** |" in section and "reward_flat (step 15)" in section
     assert (
-        "| `learning` | **learned** | 0.467 → 0.693 (+0.226 [+0.149, +0.304], first vs last 20 steps) | none |"
-        in section
+        "| `learning` | **learned** | 0.467 → 0.693 (+0.226 [+0.149, +0.304], first vs last 20 steps) "
+        "| 0.406 → 0.693 (+0.287 [+0.012, +0.562], step 1 vs last 20) | none |" in section
     )

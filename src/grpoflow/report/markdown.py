@@ -93,25 +93,29 @@ def _health_section(health: dict[str, dict]) -> list[str]:
     replay of train_metrics.jsonl as the lines in the run's log)."""
     if not health:
         return []
+
+    def change(c: dict | None, label: str) -> str:
+        if not c:
+            return "—"
+        low, high = c["ci"]
+        return f"{c['first']:.3f} → {c['last']:.3f} ({c['delta']:+.3f} [{low:+.3f}, {high:+.3f}], {label})"
+
     body = []
     for name, h in sorted(health.items()):
         trend = h["reward_trend"]
-        shown = "—"
-        if trend:
-            low, high = trend["ci"]
-            shown = (
-                f"{trend['first']:.3f} → {trend['last']:.3f} ({trend['delta']:+.3f} [{low:+.3f}, {high:+.3f}], "
-                f"first vs last {trend['steps']} steps)"
-            )
+        shown = change(trend, f"first vs last {trend['steps']} steps") if trend else "—"
+        start = h.get("reward_from_start")
+        from_start = change(start, f"step 1 vs last {start['steps']}") if start else "—"
         fired = ", ".join(f"{check} (step {step})" for check, step in h["checks"].items() if step is not None)
-        body.append([f"`{name}`", f"**{h['verdict']}**", shown, fired or "none"])
+        body.append([f"`{name}`", f"**{h['verdict']}**", shown, from_start, fired or "none"])
     return [
         "## Training health",
         "",
-        "Each run's training reward, last window against first (99 % interval), and the checks that fired while it "
+        "Each run's training reward, last window against first and against step 1 (the start model's own reward; "
+        "99 % intervals), and the checks that fired while it "
         "trained (grpoflow.health; their lines are in `logs/train_grpo/<run>.log`; docs/training-health.md).",
         "",
-        md_table(["run", "verdict", "training reward", "checks fired"], body, text_columns=4),
+        md_table(["run", "verdict", "training reward", "against step 1", "checks fired"], body, text_columns=5),
         "",
     ]
 
