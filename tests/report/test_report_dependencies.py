@@ -14,7 +14,10 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = (*sorted(str(p.relative_to(ROOT)) for p in (ROOT / "src/grpoflow/report").glob("*.py")), "src/grpoflow/evaluation/metrics.py")
+MODULES = (
+    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "src/grpoflow/report").glob("*.py")),
+    "src/grpoflow/evaluation/metrics.py",
+)
 
 
 def imported_distributions(path: Path) -> set[str]:
