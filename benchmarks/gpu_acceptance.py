@@ -18,7 +18,7 @@ Parts (each in its own subprocess with its own timeout; one failing does not sto
 
 1. ``gpucheck``: ``grpoflow.gpucheck.check`` (its public entry point) against the real ``nvidia-smi`` and driver.
 2. ``trl-full`` / ``trl-lora``: TRL GRPO through the train_grpo job's entry point (``grpoflow.backends.trl.train``
-   under ``torch.distributed.run``, one process, ``trl.use_cpu: false``, ``trl.vllm.mode: none``) on a model of
+   under the job's launcher ``grpoflow.backends.trl.launch`` (torchrun), one process, ``trl.use_cpu: false``, ``trl.vllm.mode: none``) on a model of
    Qwen3-0.6B's architecture with random weights built from its config, full fine-tune and LoRA r16: peak
    ``torch.cuda.max_memory_allocated``/``reserved`` and the memory at train start and after the first optimizer
    step against ``grpoflow.backends.trl.memory``'s estimate for the same settings, and the step time. The job
@@ -26,10 +26,10 @@ Parts (each in its own subprocess with its own timeout; one failing does not sto
    ``runpy`` and only adds a Trainer callback that reads the CUDA allocator).
 3. ``masters``: fp32 master weights under bf16 autocast stay fp32 and move at lr 1e-6; bf16 weights do not (the
    premise of the bf16 refusals, grpoflow.backends.verl.memory.bf16_update_lost).
-4. ``sigterm``: SIGTERM to torchrun (the cluster lock's torch) running a full fine-tune: does the job stop at a
-   step boundary with a complete checkpoint, and how long after the signal (torch's default grace is 30 s; the
-   launcher sets ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` = ``trl.shutdown_timeout``, and whether the installed torchrun
-   reads it is grepped from its source).
+4. ``sigterm``: SIGTERM to the job's launcher (``grpoflow.backends.trl.launch`` around the GPU image's torchrun)
+   running a full fine-tune: does the job stop at a step boundary with a complete checkpoint, and how long after the
+   signal (torchrun's own grace is 30 s on torch 2.11; the launcher keeps torchrun from starting it and gives the
+   ranks ``trl.shutdown_timeout``).
 5. ``eval``: the demo's tiny model evaluated by the transformers backend (``python -m grpoflow.workflow
    evaluate``) on CUDA and on the CPU: verdicts and completions compared.
 6. ``tunix``: if Tunix imports on the machine's JAX (CUDA), XLA's memory for Tunix's GRPO loss + gradient at
@@ -415,9 +415,10 @@ def estimate_terms(cfg) -> dict:
 
 
 def train_command(cfg, work: Path, name: str, probe: bool) -> tuple[list[str], dict]:
-    """The train_grpo job's command (grpoflow.backends.trl.commandline.command) for one process under torchrun.
-    The launcher adds torchrun only for several processes; here it is put in front by hand, as the launcher writes
-    it, so the one process runs under the locked torch's torchrun (its SIGTERM forwarding and grace)."""
+    """The train_grpo job's command (grpoflow.backends.trl.commandline.command) for one process under the job's
+    launcher. The command adds the launcher only for several processes; here it is put in front by hand, as
+    ``commandline.launcher`` writes it, so the one process runs under the GPU image's torchrun with the launcher's
+    thread split and SIGTERM grace."""
     from grpoflow.backends.trl.commandline import command
 
     outs = {"marker": str(work / name / "training_complete.json"), "metrics": str(work / name / "train_metrics.jsonl")}
@@ -427,9 +428,10 @@ def train_command(cfg, work: Path, name: str, probe: bool) -> tuple[list[str], d
     assert argv[:3] == ["python", "-m", "grpoflow.backends.trl.train"], argv[:3]
     spec = json.loads(argv[argv.index("--spec") + 1])
     grace = spec["trl"]["shutdown_timeout"]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
+    launch = [sys.executable, "-m", "grpoflow.backends.trl.launch", "--nproc-per-node", "1"]
+    launch += ["--shutdown-timeout", str(grace), "--"]
     target = [str(THIS), "--probe-train"] if probe else ["-m", "grpoflow.backends.trl.train"]
-    return torchrun + target + argv[3:], {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(grace), **outs}
+    return launch + target + argv[3:], {"grace": str(grace), **outs}
 
 
 def dry_part(key: str, work: Path) -> dict:
@@ -458,7 +460,7 @@ def dry_part(key: str, work: Path) -> dict:
         cmd, env = train_command(cfg, work, key, probe=False)
         return {
             "status": "dry",
-            "line": f"would SIGTERM torchrun after checkpoint-1; TORCH_ELASTIC_SHUTDOWN_TIMEOUT={env['TORCH_ELASTIC_SHUTDOWN_TIMEOUT']}",
+            "line": f"would SIGTERM the job's launcher after checkpoint-1; grace {env['grace']} s",
             "command": shlex.join(cmd),
         }
     if key == "masters":
@@ -792,14 +794,14 @@ def torchrun_reads_shutdown_timeout() -> str:
 
 
 def part_sigterm(work: Path) -> dict:
-    """SIGTERM to torchrun alone (it forwards it to its worker) once checkpoint-1 is complete."""
+    """SIGTERM to the job's launcher alone (it forwards it to the rank) once checkpoint-1 is complete."""
     total = 40
     ckpt = work / "sigterm" / "ckpt"
     cfg = resolved_config(work, 0, total, ckpt, save_freq=1)
     cmd, env = train_command(cfg, work, "sigterm", probe=False)
     (work / "sigterm").mkdir(parents=True, exist_ok=True)
     log = work / "sigterm" / "train.log"
-    full_env = job_env({"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]})
+    full_env = job_env({})
     deadline = time.time() + time_left()
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, env=full_env, stdout=f, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
@@ -829,20 +831,20 @@ def _stop_with_sigterm(proc: subprocess.Popen, ckpt: Path, log: Path, deadline: 
         else:
             return {"status": "fail", "line": "no checkpoint-1 within the part's time"}
         sent = time.time()
-        proc.send_signal(signal.SIGTERM)  # torchrun only: its forwarding is under test
+        proc.send_signal(signal.SIGTERM)  # the launcher only: its forwarding and grace are under test
         code = proc.wait(timeout=max(deadline - time.time(), 1))
         took = time.time() - sent
     except subprocess.TimeoutExpired:
-        return {"status": "fail", "line": "torchrun did not exit after SIGTERM within the part's time"}
+        return {"status": "fail", "line": "the launcher did not exit after SIGTERM within the part's time"}
     stopped = latest_complete(ckpt)
     text = log.read_text(errors="replace")
     step = stopped[0] if stopped else None
     clean = step is not None and max(step_dirs(ckpt)) == step and f"stopped at step {step}" in text
-    # torch's own grace is 30 s: a clean stop that took longer shows torchrun waited TORCH_ELASTIC_SHUTDOWN_TIMEOUT.
+    # torchrun's own grace is 30 s: a clean stop that took longer shows the launcher's grace held.
     grace = (
-        "inside torch's default 30 s grace"
+        "inside torchrun's own 30 s grace"
         if took <= 30.0
-        else "past torch's default 30 s grace, so torchrun honoured TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+        else "past torchrun's own 30 s grace, so the launcher's grace held"
         if clean
         else "past 30 s"
     )
@@ -850,7 +852,7 @@ def _stop_with_sigterm(proc: subprocess.Popen, ckpt: Path, log: Path, deadline: 
         "status": "pass" if clean else "fail",
         "line": f"torch {torch.__version__}: exit {code} {took:.1f} s after SIGTERM; complete checkpoint-{step}"
         f"{' (the last dir, stop logged)' if clean else ' NOT a clean stop'}; {grace}; TORCH_ELASTIC_SHUTDOWN_TIMEOUT "
-        f"read in: {torchrun_reads_shutdown_timeout()}",
+        f"(not used by the launcher) read in: {torchrun_reads_shutdown_timeout()}",
         "seconds_after_sigterm": took,
         "exit_code": code,
         "checkpoint_step": step,

@@ -158,10 +158,21 @@ def in_ci() -> bool:
 
 def unavailable(reason: str):
     """A test that cannot set up what it needs: skipped on a developer's machine, failed under CI=true (CI must
-    not pass without the evidence it claims)."""
+    not pass without the evidence it claims). At a module's top level it skips (or fails) the whole module."""
     if in_ci():
         pytest.fail(f"{reason} (CI=true: this test must run here, not skip)", pytrace=False)
-    pytest.skip(reason)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def require(module: str):
+    """``import module``, or unavailable() when it cannot be imported: pytest.importorskip would skip under CI=true
+    too, where the suite must fail instead."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        unavailable(f"{module} cannot be imported ({err}): install the test environment (`make setup`)")
 
 
 def ensure_debian_tool(binary: str, package: str) -> str:

@@ -125,14 +125,22 @@ def test_dry_runs_each_parts_cpu_side_with_the_gpu_settings(tmp_path):
     assert full["reference"] > 0 and lora["reference"] == 0, "beta 0.04: a reference copy only without LoRA"
     assert full["weights"] == pytest.approx(0.596e9 * 4 / 2**30, rel=0.02), "fp32 masters of Qwen3-0.6B"
     argv = shlex.split(results["trl-lora"]["command"])
-    assert argv[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
-    assert argv[6:8] == [str(SCRIPT), "--probe-train"]
+    assert argv[1:8] == [
+        "-m",
+        "grpoflow.backends.trl.launch",
+        "--nproc-per-node",
+        "1",
+        "--shutdown-timeout",
+        "900",
+        "--",
+    ]
+    assert argv[8:10] == [str(SCRIPT), "--probe-train"]
     spec = json.loads(argv[argv.index("--spec") + 1])
     assert spec["trl"]["use_cpu"] is False and spec["trl"]["processes"] == 1 and spec["trl"]["vllm"]["mode"] == "none"
     assert spec["grpo"]["lora"]["rank"] == 16 and spec["grpo"]["learning_rate"] == 1e-6
     sig = shlex.split(results["sigterm"]["command"])
-    assert sig[6:8] == ["-m", "grpoflow.backends.trl.train"], "the SIGTERM part runs the job's module itself"
-    assert "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900" in results["sigterm"]["line"]
+    assert sig[8:10] == ["-m", "grpoflow.backends.trl.train"], "the SIGTERM part runs the job's module itself"
+    assert "grace 900 s" in results["sigterm"]["line"]
 
 
 def test_the_eval_part_runs_the_evaluate_job_on_the_model_given(tmp_path):

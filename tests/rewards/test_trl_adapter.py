@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from grpoflow_testing import require
 
-pytest.importorskip("trl")
+require("trl")
 
 from rewardkit import KAGGLE, TEXTS, B  # noqa: E402
 

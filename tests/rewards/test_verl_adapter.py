@@ -10,8 +10,9 @@ import sys
 
 import numpy as np
 import pytest
+from grpoflow_testing import require
 
-pytest.importorskip("verl")
+require("verl")
 pytestmark = pytest.mark.verl
 
 import torch  # noqa: E402

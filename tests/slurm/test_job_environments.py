@@ -311,8 +311,8 @@ def test_trl_on_gpus_runs_under_torchrun_in_the_named_cluster_env_and_stops_wher
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and len(submitted_jobs(out)) == 1, out[-4000:]
     assert (
-        f"{{ {cluster_python} -m grpoflow.envcheck train-trl-gpu none && env TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900 "
-        f"{cluster_python} -m torch.distributed.run --standalone --nproc-per-node 2 -m grpoflow.backends.trl.train"
+        f"{{ {cluster_python} -m grpoflow.envcheck train-trl-gpu none && {cluster_python} -m grpoflow.backends.trl.launch "
+        "--nproc-per-node 2 --shutdown-timeout 900 -- -m grpoflow.backends.trl.train"
     ) in out
     log = wd / "logs" / "train_grpo" / f"{TRL_EXP}.log"
     text = log.read_text()

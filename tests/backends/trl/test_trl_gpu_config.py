@@ -96,14 +96,14 @@ def test_the_command_checks_the_environment_then_launches_torchrun(default_confi
     check = argv.index("&&")
     assert argv[:check] == ["python", "-m", "grpoflow.envcheck", "train-trl-gpu", "colocate", "lora"]
     assert argv[check + 1 : check + 11] == [
-        "env",
-        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900",
         "python",
         "-m",
-        "torch.distributed.run",
-        "--standalone",
+        "grpoflow.backends.trl.launch",
         "--nproc-per-node",
         "4",
+        "--shutdown-timeout",
+        "900",
+        "--",
         "-m",
         "grpoflow.backends.trl.train",
     ]
@@ -112,7 +112,7 @@ def test_the_command_checks_the_environment_then_launches_torchrun(default_confi
     one = shlex.split(command(gpu(default_config, trl={"processes": 1}), EXP, INS, OUTS))
     assert one[:4] == ["python", "-m", "grpoflow.backends.trl.train", "--spec"]  # it checks itself at its start
     cpu = command(resolved(default_config, {"defaults": {"trl": {"processes": 2}}}), EXP, INS, OUTS)
-    assert cpu.startswith("env TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900 python -m torch.distributed.run --standalone")
+    assert cpu.startswith("python -m grpoflow.backends.trl.launch --nproc-per-node 2 --shutdown-timeout 900 -- -m")
 
 
 def test_grpo_config_gets_the_vllm_settings_and_the_global_batch_of_any_process_count(default_config):

@@ -86,12 +86,12 @@ def test_dry_run_of_the_recipe_configs_shows_torchrun_vllm_and_the_cluster_inter
     text = out.stdout + out.stderr
     if n == 2:
         launch = (
-            f"{{ {py} -m grpoflow.envcheck train-trl-gpu colocate lora && env TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900 "
-            f"{py} -m torch.distributed.run --standalone --nproc-per-node 2 -m grpoflow.backends.trl.train"
+            f"{{ {py} -m grpoflow.envcheck train-trl-gpu colocate lora && "
+            f"{py} -m grpoflow.backends.trl.launch --nproc-per-node 2 --shutdown-timeout 900 -- -m grpoflow.backends.trl.train"
         )
     else:
         launch = f"{py} -m grpoflow.backends.trl.train"
-        assert "torch.distributed.run" not in text
+        assert "grpoflow.backends.trl.launch" not in text
     assert launch in text, text[-3000:]
     spec = spec_of(text[text.index(launch) :].splitlines()[0])
     assert spec["trl"]["vllm"]["mode"] == "colocate" and spec["trl"]["processes"] == n

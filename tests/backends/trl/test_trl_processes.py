@@ -24,7 +24,10 @@ def two_process_command(default_config, tmp_path, arith_parquet, tiny_sft_json, 
     # The demo's experiment with trl.processes: 2 (spec_command takes grpo overrides only).
     base = deep_merge(default_config, {"defaults": {"trl": TWO}})
     cmd, paths = spec_command(base, tmp_path, arith_parquet, tiny_sft_json, **grpo)
-    assert "torch.distributed.run --standalone --nproc-per-node 2 -m grpoflow.backends.trl.train" in cmd
+    assert (
+        "-m grpoflow.backends.trl.launch --nproc-per-node 2 --shutdown-timeout 900 -- -m grpoflow.backends.trl.train"
+        in cmd
+    )
     return cmd, paths
 
 

@@ -6,6 +6,7 @@ Print the numbers: ``PYTHONPATH=src .venv/bin/pytest -q -s tests/backends/verl/t
 from __future__ import annotations
 
 import pytest
+from grpoflow_testing import require
 from verlkit import VERL_CONFIGS, load
 
 from grpoflow.backends.verl import memory
@@ -206,7 +207,7 @@ def test_bf16_master_weights_at_a_small_learning_rate_are_refused_unless_opted_i
 
 
 def test_bf16_spacing_matches_torch():
-    torch = pytest.importorskip("torch")
+    torch = require("torch")
     w = torch.tensor(memory.TYPICAL_WEIGHT, dtype=torch.bfloat16)
     half = memory.bf16_half_spacing(memory.TYPICAL_WEIGHT)
     assert (w + torch.tensor(half * 0.9, dtype=torch.bfloat16)).item() == w.item()  # rounds back: lost

@@ -30,14 +30,15 @@ def training_spec(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: d
 
 
 def launcher(spec: dict) -> str:
-    """torchrun for several processes (one host, a free rendezvous port, SIGTERM forwarded and waited for
-    trl.shutdown_timeout seconds before SIGKILL); nothing for one."""
+    """torchrun for several processes, through grpoflow.backends.trl.launch (one host, a free rendezvous port; each
+    rank gets the job's threads / processes; after SIGTERM the ranks get trl.shutdown_timeout seconds before
+    SIGKILL, on any torch version); nothing for one."""
     n = spec["trl"]["processes"]
     if n == 1:
         return ""
     return (
-        f"env TORCH_ELASTIC_SHUTDOWN_TIMEOUT={spec['trl']['shutdown_timeout']} python -m torch.distributed.run "
-        f"--standalone --nproc-per-node {n} "
+        f"python -m grpoflow.backends.trl.launch --nproc-per-node {n} "
+        f"--shutdown-timeout {spec['trl']['shutdown_timeout']} -- "
     )
 
 

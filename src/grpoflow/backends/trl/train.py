@@ -25,6 +25,11 @@ def env_check(spec: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from grpoflow.backends.trl.launch import unblock_stop_signal
+
+    # Under grpoflow.backends.trl.launch torchrun holds SIGTERM blocked, and its ranks inherit that: each rank takes
+    # the signal itself (a checkpoint at the step boundary), within trl.shutdown_timeout rather than torchrun's 30 s.
+    unblock_stop_signal()
     return train_main("trl", argv, env_check)
 
 

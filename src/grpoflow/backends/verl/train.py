@@ -159,16 +159,45 @@ def job_cpus_per_node() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+# What snakemake/shell.py exports = the rule's threads in every shell job (the job-wide thread count, not a per-worker
+# choice); verl.env's variables are exported after them, by the command's `env` prefix.
+SNAKEMAKE_THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+
+
+def snakemake_threads(environ=os.environ) -> int | None:
+    """The job's threads as Snakemake exported them (all six variables set and equal), else None."""
+    values = {environ.get(k) for k in SNAKEMAKE_THREAD_VARS}
+    if len(values) == 1 and (value := values.pop()) and value.isdigit() and int(value) > 0:
+        return int(value)
+    return None
+
+
 def worker_threads(gpus_per_node: int, environ=os.environ, cpus: int | None = None) -> dict[str, str]:
-    """OMP_NUM_THREADS for verl's Ray workers, unless set (verl.env). Ray sets it to 1 in every actor that asks for no
-    CPUs unless it is already in the worker's environment (ray/_private/utils.py set_omp_num_threads_if_unset), and
-    verl's FSDP workers ask only for GPUs; workers inherit it from the process that starts Ray (verl's driver on one
-    node, each node's `ray start` under the launcher). So torch's CPU ops in each worker (the AdamW step with
-    verl.offload_policy, gradient accumulation into offloaded grads) get the node's CPUs split over its GPUs instead
-    of one thread. Decided in the job, not in the command, so a changed cpus_per_task does not rerun training."""
-    if environ.get("OMP_NUM_THREADS"):
+    """OMP_NUM_THREADS for verl's Ray workers: the job's CPUs per node / its GPUs per node, at least 1. Ray sets it to
+    1 in every actor that asks for no CPUs unless it is already in the worker's environment
+    (ray/_private/utils.py set_omp_num_threads_if_unset), and verl's FSDP workers ask only for GPUs; workers inherit it
+    from the process that starts Ray (verl's driver on one node, each node's `ray start` under the launcher). So
+    torch's CPU ops in each worker (the AdamW step with verl.offload_policy, gradient accumulation into offloaded
+    grads) get the node's CPUs split over its GPUs instead of one thread, or, as inherited from the job, the job's
+    whole thread count in each of the GPUs' workers.
+
+    An inherited OMP_NUM_THREADS is kept only when it is not Snakemake's job-wide export (the six thread variables
+    equal): set by verl.env or by hand for the workers. (A verl.env value equal to the job's threads cannot be told
+    from Snakemake's, and is replaced.) The job's CPUs: squeue's inside
+    SLURM (job_cpus_per_node), else the threads Snakemake gave the job, else this process's CPU affinity. Decided in
+    the job, not in the command, so a changed cpus_per_task does not rerun training."""
+    job = snakemake_threads(environ)
+    if environ.get("OMP_NUM_THREADS") and job is None:
         return {}
-    cpus = cpus if cpus is not None else job_cpus_per_node()
+    if cpus is None:
+        cpus = job if job is not None and not environ.get("SLURM_JOB_ID") else job_cpus_per_node()
     return {"OMP_NUM_THREADS": str(max(1, cpus // max(1, gpus_per_node)))}
 
 
@@ -371,6 +400,8 @@ def train(
                     threads["OMP_NUM_THREADS"],
                     gpus_per_node,
                 )
+            else:
+                log.info("OMP_NUM_THREADS=%s for verl's workers (as set for them)", os.environ["OMP_NUM_THREADS"])
             env = {**os.environ, **threads, "VERL_FILE_LOGGER_PATH": str(logfile)}
             started = time.monotonic()
             try:
