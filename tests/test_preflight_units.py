@@ -157,7 +157,7 @@ def test_disk_need_adds_up_per_filesystem_less_what_the_dir_holds(tmp_path):
     assert len(failures) == 2 and all(
         "grpo.max_checkpoints_to_keep + 1 = 4 checkpoints of ~393 GB" in f for f in failures
     )
-    assert "(with the other experiments on this filesystem: 3145 GB)" in failures[0]
+    assert "(with experiments.b's checkpoints ~1573 GB on the same filesystem: 3145 GB)" in failures[0]
 
 
 def stand_in_nvidia_smi(bindir, line: str) -> None:

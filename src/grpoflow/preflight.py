@@ -15,9 +15,12 @@ seconds here and needs no GPU:
   and the GPU type it asks for (``gpu_model``, a typed ``gres``, or ``resources.gpu_mem_gb`` above the
   partition's cards, or above its smallest card when the nodes are not narrowed), hidden partitions included, each
   of several (``gpu,gpu-long``), on the job's cluster (``-M``). Off with ``GRPOFLOW_SKIP_PARTITION_CHECK=1``.
-- **disk** (every executor): free space on each checkpoint dir's filesystem against
-  ``grpo.max_checkpoints_to_keep + 1`` checkpoints of the computed size (a resumed attempt holds one more before
-  it rotates), less what the dir already holds; experiments on one filesystem add up.
+- **disk** (every executor): each filesystem the jobs about to run write to, against what it will hold at once:
+  ``grpo.max_checkpoints_to_keep + 1`` checkpoints of each experiment at the size its backend saves (verl, Tunix,
+  TRL: params and AdamW state; every backend writes the new one before it removes the oldest), the Hub download of
+  a start model into ``hf_home``, the merged model ``results/<experiment>/model``; less what each path already
+  holds; everything on one filesystem adds up. The room is the free space or the quota left (``lfs quota``,
+  ``mmlsquota``, ``quota``: grpoflow.quota), whichever is smaller; where no quota could be read, the notes say so.
 
 Every failure is one line naming the config key; all are reported, then the run stops. What only a GPU node can
 tell (the driver's CUDA version against the lock's, the GPUs' compute mode) is checked by the job itself, first
@@ -193,24 +196,116 @@ def _last_json(text: str) -> dict | None:
 # ---- disk ---------------------------------------------------------------------------------------------------------
 
 GB = 1e9
+# How the Qwen3 presets' weights are published on the Hub (their config.json torch_dtype: bfloat16): the size of a
+# Hub download, and the dtype a merge saves in when it keeps the start's.
+HUB_WEIGHT_BYTES = 2
+# PEFT keeps LoRA adapters in float32 (get_peft_model's autocast_adapter_dtype, on by default), TRL's and the merge's.
+ADAPTER_BYTES = 4
+
+
+def model_architecture(exp: dict):
+    """(Architecture, source) of the start model: ``architecture:``, else the config.json of a local ``sft.model``
+    dir, else a Qwen3 size in its names (grpoflow.backends.verl.memory.architecture); (None, "") when unknown."""
+    import json
+
+    from grpoflow.backends.verl.memory import Architecture, architecture
+
+    model = str((exp.get("sft") or {}).get("model") or "")
+    if exp.get("architecture") or not os.path.isfile(os.path.join(model, "config.json")):
+        return architecture(exp)
+    try:
+        with open(os.path.join(model, "config.json"), encoding="utf-8") as fh:
+            hf = json.load(fh)
+        hf = hf.get("text_config", hf)
+        heads = hf["num_attention_heads"]
+        arch = Architecture(
+            name=os.path.basename(model.rstrip("/")),
+            hidden_size=hf["hidden_size"],
+            num_layers=hf["num_hidden_layers"],
+            num_attention_heads=heads,
+            num_kv_heads=hf.get("num_key_value_heads", heads),
+            head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
+            intermediate_size=hf["intermediate_size"],
+            vocab_size=hf["vocab_size"],
+            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        )
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        return architecture(exp)
+    return arch, "sft.model's config.json"
 
 
 def checkpoint_bytes(exp: dict) -> tuple[int, str] | None:
-    """(bytes, how) of one verl checkpoint of ``exp``: verl saves model and optimizer state per rank
-    (``checkpoint.save_contents`` [model, optimizer, extra]): every parameter in the master dtype
-    (``verl.model_dtype``) plus AdamW's two moments of each trainable one, in the same dtype. None when the
-    architecture is unknown."""
-    from grpoflow.backends.verl.memory import DTYPE_BYTES, architecture
+    """(bytes, how) of one checkpoint of ``exp`` as its backend saves it, from the model's architecture
+    (``architecture:`` or the Qwen3 size named in ``sft``); None when that is unknown. Each is the parameters it
+    saves plus AdamW's two moments of every trained one, all in the trained weights' dtype (AdamW keeps its state in
+    the parameters' dtype: torch's, optax's):
 
-    arch, source = architecture(exp)
+    - verl: ``checkpoint.save_contents`` [model, optimizer, extra], every parameter in ``verl.model_dtype`` (with
+      LoRA, the base as well as the adapters);
+    - tunix: Tunix's CheckpointManager (``tunix/sft/checkpoint_manager.py``) writes Orbax items ``model_params``
+      (``nnx.state(model)``; with LoRA only the LoRA params) and ``optimizer_state``, in ``tunix.param_dtype``;
+      Orbax compresses them (zstd), so this is an upper bound (80 % was written for a small Qwen3 after one step:
+      tests/backends/tunix/test_tunix_checkpoint_size.py);
+    - trl: HF Trainer's ``checkpoint-N/``, the model's weights (with LoRA the adapter, float32 in PEFT) and
+      ``optimizer.pt``, in ``trl.param_dtype`` (auto: float32; the frozen base of a LoRA run is not saved)."""
+    from grpoflow.backends.verl.memory import DTYPE_BYTES
+
+    arch, source = model_architecture(exp)
     if arch is None:
         return None
-    master = DTYPE_BYTES[exp["verl"]["model_dtype"]]
-    rank = exp["grpo"]["lora"]["rank"]
-    trainable = arch.lora_params(rank) if rank else arch.params
-    size = arch.params * master + (trainable * master if rank else 0) + 2 * trainable * master
-    how = f"{arch.name} ({source}), {exp['verl']['model_dtype']} params + AdamW state"
-    return size, how
+    rank = (exp["grpo"].get("lora") or {}).get("rank") or 0
+    lora = arch.lora_params(rank) if rank else 0
+    backend = exp.get("backend", "verl")
+    if backend == "verl":
+        dtype = exp["verl"]["model_dtype"]
+        b = DTYPE_BYTES[dtype]
+        size, what = arch.params * b + (3 * lora * b if rank else 2 * arch.params * b), "params + AdamW state"
+    elif backend == "tunix":
+        dtype = exp["tunix"]["param_dtype"]
+        b = DTYPE_BYTES[dtype]
+        size, what = 3 * (lora if rank else arch.params) * b, "params + AdamW state, Orbax"
+    elif backend == "trl":
+        dtype = exp["trl"]["param_dtype"]
+        if rank:
+            dtype, b = "float32 adapter", ADAPTER_BYTES
+        else:
+            dtype = "float32" if dtype == "auto" else dtype
+            b = DTYPE_BYTES[dtype]
+        size, what = 3 * (lora if rank else arch.params) * b, "params + AdamW state"
+    else:
+        return None
+    return size, f"{arch.name} ({source}), {dtype} {what}{f', LoRA rank {rank}' if rank else ''}"
+
+
+def merged_model_bytes(exp: dict) -> tuple[int, str] | None:
+    """(bytes, how) merge_checkpoint writes under ``results/<experiment>/``: verl's merger saves bfloat16
+    (``base_model_merger.save_hf_model_and_tokenizer``), with LoRA its scratch copy beside the merged one; Tunix
+    exports in the start's dtype; TRL copies a full fine-tune's weights as trained and saves a merged LoRA in the
+    start's dtype (taken as the Hub's bfloat16)."""
+    from grpoflow.backends.verl.memory import DTYPE_BYTES
+
+    arch, _ = model_architecture(exp)
+    if arch is None:
+        return None
+    rank = (exp["grpo"].get("lora") or {}).get("rank") or 0
+    backend = exp.get("backend", "verl")
+    if backend == "verl":
+        return arch.params * 2 * (2 if rank else 1), "bfloat16" + (", and the merger's copy" if rank else "")
+    if backend == "trl" and not rank:
+        dtype = "float32" if exp["trl"]["param_dtype"] == "auto" else exp["trl"]["param_dtype"]
+        return arch.params * DTYPE_BYTES[dtype], dtype
+    return arch.params * HUB_WEIGHT_BYTES, "the start's bfloat16"
+
+
+def download_bytes(cfg, repo_id: str) -> int | None:
+    """What download_model fetches for a Hub id: its weights at the Hub's bfloat16, from the architecture of an
+    experiment that starts from it, else from the Qwen3 size in its name."""
+    from grpoflow.backends.verl.memory import architecture
+
+    starts = [e for e in cfg.experiments.values() if (e.get("sft") or {}).get("model") == repo_id]
+    arch = next((a for a, _ in map(model_architecture, starts) if a), None)
+    arch = arch or architecture({"sft": {"model": repo_id}})[0]
+    return None if arch is None else arch.params * HUB_WEIGHT_BYTES
 
 
 def existing_bytes(path: str) -> int:
@@ -236,65 +331,137 @@ def _existing_ancestor(path: str) -> str:
 
 @dataclass
 class DiskNeed:
-    """What one experiment's checkpoints will take on their filesystem."""
+    """What one output will take on its filesystem: an experiment's kept checkpoints, a Hub download, a merged model."""
 
-    experiment: str
-    checkpoint_dir: str
-    need: int  # bytes still to be written: count x one, less what the dir holds
-    one: int  # bytes per checkpoint
-    count: int  # checkpoints on disk at once
-    how: str  # how `one` was computed
-    where: str  # the dir's nearest existing ancestor (statvfs)
+    path: str
+    need: int  # bytes still to be written, less what the path already holds
+    what: str  # for the messages
+    experiment: str | None = None  # checkpoints only, with:
+    one: int = 0  # bytes per checkpoint
+    count: int = 0  # checkpoints on disk at once
+    keep: int | None = None  # grpo.max_checkpoints_to_keep
+    have: int = 0  # bytes the checkpoint dir holds
+
+    @property
+    def where(self) -> str:
+        return _existing_ancestor(self.path)
+
+    @property
+    def beside(self) -> str:
+        """How another item's message names this one."""
+        return f"experiments.{self.experiment}'s checkpoints ~{_gb(self.need)}" if self.experiment else self.what
 
 
-def check_disk(cfg, experiments: list[str], statvfs=os.statvfs) -> tuple[list[str], list[str]]:
-    """(failures, notes): the checkpoint dirs' filesystems against the checkpoints the runs will keep."""
+def _checkpoint_need(cfg, name: str, notes: list[str]) -> DiskNeed | None:
     from grpoflow.schema import saved_steps
 
-    by_fs: dict[int, list[DiskNeed]] = {}
-    notes = []
-    for name in experiments:
-        exp = cfg.experiment(name)
-        if exp["backend"] != "verl":
-            continue
-        size = checkpoint_bytes(exp)
+    exp = cfg.experiment(name)
+    size = checkpoint_bytes(exp)
+    if size is None:
+        notes.append(
+            f"disk check skipped for experiments.{name}: architecture unknown (set experiments.{name}.architecture)"
+        )
+        return None
+    ckpt = cfg.checkpoint_dir(name)
+    grpo = exp["grpo"]
+    keep = grpo["max_checkpoints_to_keep"]
+    # Each backend saves the new checkpoint before it removes the oldest: keep + 1 at once. HF Trainer and Orbax
+    # rotate over the dir (earlier attempts' saves included); verl only over its own process's saves, so the verl
+    # wrapper rotates after each save (grpoflow.backends.verl.train.rotating). Without rotation every save stays.
+    saves = len(saved_steps(grpo["total_steps"], grpo["save_freq"], None))
+    count = min(keep + 1, saves) if keep else saves
+    have = existing_bytes(ckpt) if os.path.isdir(ckpt) else 0
+    counted = f"grpo.max_checkpoints_to_keep + 1 = {count}" if keep and count == keep + 1 else f"all {count} saves"
+    what = f"{counted} checkpoints of ~{_gb(size[0])} ({size[1]})"
+    return DiskNeed(ckpt, max(0, count * size[0] - have), what, name, size[0], count, keep, have)
+
+
+def check_disk(
+    cfg,
+    experiments: list[str],
+    statvfs=os.statvfs,
+    merges: list[str] = (),
+    downloads: list[str] = (),
+    quota=None,
+) -> tuple[list[str], list[str]]:
+    """(failures, notes): every filesystem the run writes big outputs to, against what it will hold at once: the
+    kept checkpoints of each experiment in ``experiments`` (train_grpo jobs), the merged models of ``merges``
+    (merge_checkpoint jobs), the Hub models of ``downloads`` (download_model jobs: Hub ids) in ``hf_home``; less what
+    each path already holds. The room is the free space (``statvfs``) or the quota left (grpoflow.quota), whichever is
+    smaller."""
+    from grpoflow import quota as quotas
+    from grpoflow.models import DEFAULT_HF_HOME
+
+    quota = quota or quotas.room
+    notes: list[str] = []
+    items = [n for n in (_checkpoint_need(cfg, name, notes) for name in experiments) if n]
+    for name in merges:
+        size = merged_model_bytes(cfg.experiment(name))
+        if size:
+            path = f"results/{name}/model"
+            have = existing_bytes(path) if os.path.isdir(path) else 0
+            items.append(DiskNeed(path, max(0, size[0] - have), f"the merged model {path} ~{_gb(size[0])}"))
+    hf_home = cfg.raw.get("hf_home") or DEFAULT_HF_HOME
+    for repo_id in downloads:
+        size = download_bytes(cfg, repo_id)
         if size is None:
-            notes.append(
-                f"disk check skipped for experiments.{name}: architecture unknown (set experiments.{name}.architecture)"
-            )
+            notes.append(f"disk: the Hub download of {repo_id} into hf_home is not counted (size unknown)")
             continue
-        ckpt = cfg.checkpoint_dir(name)
-        grpo = exp["grpo"]
-        keep = grpo["max_checkpoints_to_keep"]
-        # A resumed attempt saves one more before it rotates; without rotation every save stays.
-        count = keep + 1 if keep else len(saved_steps(grpo["total_steps"], grpo["save_freq"], None))
-        have = existing_bytes(ckpt) if os.path.isdir(ckpt) else 0
-        where = _existing_ancestor(ckpt)
-        need = DiskNeed(name, ckpt, max(0, count * size[0] - have), size[0], count, size[1], where)
-        by_fs.setdefault(os.stat(where).st_dev, []).append(need)
+        cache = os.path.join(hf_home, "hub", "models--" + repo_id.replace("/", "--"))
+        have = existing_bytes(cache) if os.path.isdir(cache) else 0
+        what = f"the Hub download of {repo_id} into hf_home {hf_home} ~{_gb(size)}"
+        items.append(DiskNeed(hf_home, max(0, size - have), what))
+
+    by_fs: dict[int, list[DiskNeed]] = {}
+    for item in items:
+        by_fs.setdefault(os.stat(item.where).st_dev, []).append(item)
     failures = []
     for entries in by_fs.values():
-        st = statvfs(entries[0].where)
+        where = entries[0].where
+        st = statvfs(where)
         free = st.f_bavail * st.f_frsize
-        total_need = sum(e.need for e in entries)
-        if total_need <= free:
-            dirs = ", ".join(e.checkpoint_dir for e in entries)
-            notes.append(f"disk: {_gb(free)} free where {dirs} live(s), {_gb(total_need)} needed")
+        q = quota(where)
+        room = free if q.room is None or q.room >= free else q.room
+        has = f"{_gb(free)} free on its filesystem" if room == free else q.text
+        total = sum(e.need for e in entries)
+        if total <= room:
+            paths = ", ".join(dict.fromkeys(e.path for e in entries))
+            notes.append(f"disk: {_gb(total)} needed where {paths} live(s): {_gb(free)} free; {q.text}")
             continue
-        for e in entries:
-            share = (
-                f" (with the other experiments on this filesystem: {_gb(total_need)})" if total_need > e.need else ""
-            )
-            keep = cfg.experiment(e.experiment)["grpo"]["max_checkpoints_to_keep"]
-            counted = f"grpo.max_checkpoints_to_keep + 1 = {e.count}" if keep else f"all {e.count} saves"
-            failures.append(
-                f"experiments.{e.experiment}.checkpoint_dir {e.checkpoint_dir}: {_gb(free)} free on its filesystem, but {counted} checkpoints of ~{_gb(e.one)} ({e.how}) need {_gb(e.need)} more{share}: point checkpoint_dir at a larger filesystem, free space, or lower experiments.{e.experiment}.grpo.max_checkpoints_to_keep"
-            )
+        checkpoints = [e for e in entries if e.experiment]
+        for e in checkpoints or entries[:1]:
+            others = [o for o in entries if o is not e and o.need]
+            share = f" (with {_and([o.beside for o in others])} on the same filesystem: {_gb(total)})" if others else ""
+            if e.experiment:
+                failures.append(
+                    f"experiments.{e.experiment}.checkpoint_dir {e.path}: {has}, but {e.what} need {_gb(e.need)} more{share}: {_checkpoint_fix(e, room - (total - e.need), hf_home, others)}"
+                )
+            else:
+                key = f"hf_home {hf_home}" if e.path == hf_home else f"{e.path}"
+                failures.append(
+                    f"{key}: {has}, but {e.what} need(s) {_gb(e.need)} more{share}: free space there{', or set hf_home to a larger filesystem' if e.path == hf_home else ''}"
+                )
     return failures, notes
+
+
+def _checkpoint_fix(e: DiskNeed, room: float, hf_home: str, others: list[DiskNeed]) -> str:
+    """How to make ``e``'s checkpoints fit in ``room`` (what the filesystem leaves them): the largest
+    max_checkpoints_to_keep that fits, or that none does (a save holds two even at 1)."""
+    name = e.experiment
+    also = " (or hf_home)" if any(o.path == hf_home for o in others) else ""
+    move = f"point experiments.{name}.checkpoint_dir{also} at a larger filesystem"
+    fits = [k for k in range(1, (e.keep or e.count) + 1) if (k + 1) * e.one - e.have <= room]
+    if not fits:
+        return f"{move} or free space; no grpo.max_checkpoints_to_keep fits here (1 keeps 2 during a save: {_gb(2 * e.one)})"
+    return f"{move}, free space, or lower experiments.{name}.grpo.max_checkpoints_to_keep to {fits[-1]}"
 
 
 def _gb(n: float) -> str:
     return f"{n / GB:.0f} GB" if n >= 10 * GB else f"{n / GB:.2f} GB"
+
+
+def _and(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
 
 
 # ---- the onstart hook -----------------------------------------------------------------------------------------------
@@ -354,7 +521,13 @@ def run(
     failures = partition_failures(workflow, cfg, jobs, log)
 
     train = sorted({j.wildcards_dict["experiment"] for j in jobs if j.rule.name == "train_grpo"})
-    disk_fail, disk_notes = check_disk(cfg, train)
+    merges = sorted({j.wildcards_dict["experiment"] for j in jobs if j.rule.name == "merge_checkpoint"})
+    from grpoflow.models import hub_start_models
+
+    hub = hub_start_models(cfg)
+    fetched = {j.wildcards_dict["hub_model"] for j in jobs if j.rule.name == "download_model"}
+    downloads = sorted(hub[w]["repo_id"] for w in fetched if w in hub)
+    disk_fail, disk_notes = check_disk(cfg, train, merges=merges, downloads=downloads)
     failures += disk_fail
 
     needs: dict[str, PlaneNeeds] = {}

@@ -182,7 +182,9 @@ def test_a_checkpoint_dir_on_a_too_small_filesystem_is_refused(small_fs, tmp_pat
         "0.07 GB free on its filesystem, but grpo.max_checkpoints_to_keep + 1 = 3 checkpoints of ~7.15 GB (qwen3-0.6b (architecture: qwen3-0.6b), fp32 params + AdamW state) need 21 GB more"
         in disk[0]
     ), disk
-    assert disk[0].endswith(f"lower experiments.{EXP}.grpo.max_checkpoints_to_keep")
+    assert disk[0].endswith(
+        f"point experiments.{EXP}.checkpoint_dir at a larger filesystem or free space; no grpo.max_checkpoints_to_keep fits here (1 keeps 2 during a save: 14 GB)"
+    )
 
 
 def test_a_failed_gpu_check_is_not_retried_on_gpus(local_slurm, tiny_base, tmp_path):

@@ -126,7 +126,9 @@ def training_settings(overrides: dict[str, str]) -> dict[str, str]:
 TRASH_PREFIX = ".deleting-"
 
 
-def rotate(checkpoint_dir: str | os.PathLike, keep: int | None, protect: set[int] = frozenset()) -> list[int]:
+def rotate(
+    checkpoint_dir: str | os.PathLike, keep: int | None, protect: set[int] = frozenset(), while_running: bool = False
+) -> list[int]:
     """Keep the newest ``keep`` complete checkpoints at or below ``latest_checkpointed_iteration.txt``, and every
     step in ``protect``; remove the other ``global_step_N`` dirs: older checkpoints, verl's own rotation leftovers
     (it deletes ``actor/`` but leaves ``data.pt``), and saves above the latest step (cut off: verl writes that file
@@ -135,7 +137,9 @@ def rotate(checkpoint_dir: str | os.PathLike, keep: int | None, protect: set[int
 
     The newest complete checkpoint is never removed. Each dir is renamed to ``.deleting-global_step_N`` first
     (atomic), then deleted: a kill half-way leaves a hidden dir that the next call finishes, never a
-    ``global_step_N`` that looks complete but lacks shards. Returns the removed steps."""
+    ``global_step_N`` that looks complete but lacks shards. Returns the removed steps.
+
+    ``while_running``: verl is writing its next save above the latest step, so nothing above it is touched."""
     import shutil
 
     root = Path(checkpoint_dir)
@@ -153,7 +157,7 @@ def rotate(checkpoint_dir: str | os.PathLike, keep: int | None, protect: set[int
         )  # what resume_mode=auto will load, even if it looks incomplete here: verl must say so, not start over
     removed = []
     for step in sorted(dirs):
-        if step in kept:
+        if step in kept or (while_running and (latest is None or step > latest)):
             continue
         trash = root / f"{TRASH_PREFIX}{dirs[step].name}"
         os.replace(dirs[step], trash)

@@ -7,7 +7,8 @@
 2. The checkpoint dir's checkpoints must have been trained from this run's settings, start model and data
    (``grpoflow.checkpoint_record``): otherwise it stops naming the change (``--resume-across-changes`` continues
    a run that is not finished yet). Then it removes checkpoints beyond ``trainer.max_actor_ckpt_to_keep`` that
-   earlier attempts left (verl rotates only its own saves), again after verl exits.
+   earlier attempts left (verl rotates only its own saves), again after each save verl completes and after it
+   exits, so an attempt holds at most keep + 1 (the save in progress).
 3. Runs verl: directly on one node (verl starts a local Ray), through the Ray launcher
    (``grpoflow/backends/verl/ray_slurm.sh``) on ``trainer.nnodes`` > 1. SIGTERM/SIGINT/SIGUSR1/SIGUSR2 (time limit,
    preemption, ``--signal``) stop verl and Ray; verl 0.9.1 has no handler for them and saves nothing on the way
@@ -314,15 +315,16 @@ def _keep(ov: dict[str, str]) -> int | None:
     return int(text) if text.isdigit() and int(text) > 0 else None
 
 
-def rotate(ckpt: str, ov: dict[str, str], planned: int) -> None:
+def rotate(ckpt: str, ov: dict[str, str], planned: int, while_running: bool = False) -> None:
     """At most max_checkpoints_to_keep checkpoints, earlier attempts' included (verl rotates only its own saves).
     Never removed: the newest complete one, and the steps a finished run keeps (config.saved_steps), which is
-    where the config check (_check_merge_step) makes merge_step lie."""
+    where the config check (_check_merge_step) makes merge_step lie. ``while_running``: verl's save in progress
+    (above the latest step) is left alone."""
     keep = _keep(ov)
     save_freq = int(ov.get("trainer.save_freq", planned))
     protect = set(saved_steps(planned, save_freq, keep)) if save_freq > 0 else set()
     try:
-        removed = ck.rotate(ckpt, keep, protect)
+        removed = ck.rotate(ckpt, keep, protect, while_running=while_running)
     except OSError as err:  # never hide the attempt's own outcome behind a cleanup failure
         log.warning("could not remove old checkpoints in %s: %s", ckpt, err)
         return
@@ -333,6 +335,49 @@ def rotate(ckpt: str, ov: dict[str, str], planned: int) -> None:
             ckpt,
             keep,
         )
+
+
+# How often the wrapper looks for a new save while verl runs: one stat of a small file; saves are minutes apart.
+ROTATE_POLL_S = 2.0
+
+
+@contextlib.contextmanager
+def rotating(ckpt: str, ov: dict[str, str], planned: int):
+    """Rotate after each save verl completes (``latest_checkpointed_iteration.txt`` changes), while it runs.
+
+    verl 0.9.1's rotation list (``BaseCheckpointManager.previous_saved_paths``) starts empty in each process, so a
+    resumed attempt never removes what earlier attempts saved: with only the rotations before and after verl, an
+    attempt would hold the ``keep`` checkpoints it found plus up to ``keep`` of its own (2 x keep). Rotating after
+    each save caps it at keep + 1 (the save being written next to the kept ones), which grpoflow.preflight's disk
+    check counts. A save completing faster than ROTATE_POLL_S after the previous one can go unrotated until the
+    next poll."""
+    stop = threading.Event()
+
+    def follow() -> None:
+        seen = _latest_or_none(ckpt)
+        while not stop.wait(ROTATE_POLL_S):
+            now = _latest_or_none(ckpt)
+            if now is not None and now != seen:
+                try:
+                    rotate(ckpt, ov, planned, while_running=True)
+                except DataError:  # the step file caught mid-write inside rotate: the next poll tries again
+                    continue
+                seen = now
+
+    rotator = threading.Thread(target=follow, name="verl-checkpoint-rotation", daemon=True)
+    rotator.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        rotator.join(timeout=60)
+
+
+def _latest_or_none(ckpt: str) -> int | None:
+    try:
+        return ck.latest_step(ckpt)
+    except (DataError, OSError):  # caught mid-write (verl truncates, then writes the step): the next poll reads it
+        return None
 
 
 def train(
@@ -405,7 +450,7 @@ def train(
             env = {**os.environ, **threads, "VERL_FILE_LOGGER_PATH": str(logfile)}
             started = time.monotonic()
             try:
-                with step_progress(logfile, planned):
+                with step_progress(logfile, planned), rotating(ckpt, ov, planned):
                     rc = run_trainer(trainer_argv, nodes, gpus_per_node, env)
             except Interrupted as stop:
                 last = ck.latest_step(ckpt)
