@@ -177,6 +177,18 @@ def read_rl_rows(parquet: str, what: str) -> list[dict]:
     return rows
 
 
+# What snakemake/shell.py exports = the rule's threads in every shell job: the job-wide thread count, which the
+# TRL launcher splits over its ranks and the verl wrapper over its GPUs' workers.
+SNAKEMAKE_THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+
+
 # ---- a backend's command: python -m grpoflow.backends.<name>.train --spec JSON -----------------------------------
 
 

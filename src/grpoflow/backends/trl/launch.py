@@ -30,17 +30,10 @@ import subprocess
 import sys
 import time
 
+from grpoflow.backends.common import SNAKEMAKE_THREAD_VARS
+
 log = logging.getLogger("grpoflow.backends.trl.launch")
 
-# What snakemake/shell.py exports = the rule's threads in every shell job.
-THREAD_VARS = (
-    "OMP_NUM_THREADS",
-    "GOTO_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-)
 STOP = signal.SIGTERM
 
 
@@ -56,7 +49,7 @@ def rank_threads(nproc: int, environ=os.environ) -> dict[str, str]:
     """The thread variables each of ``nproc`` ranks gets: the job's threads // nproc, at least 1 (OMP_NUM_THREADS
     always; the others where the job has them)."""
     each = str(max(1, job_threads(environ) // max(1, nproc)))
-    return {k: each for k in THREAD_VARS if k == "OMP_NUM_THREADS" or k in environ}
+    return {k: each for k in SNAKEMAKE_THREAD_VARS if k == "OMP_NUM_THREADS" or k in environ}
 
 
 def unblock_stop_signal() -> None:

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from grpoflow import checkpoint_record as ckrec
 from grpoflow import envcheck, gpucheck
-from grpoflow.backends.common import write_marker, write_metrics
+from grpoflow.backends.common import SNAKEMAKE_THREAD_VARS, write_marker, write_metrics
 from grpoflow.backends.verl import ckpt as ck
 from grpoflow.backends.verl import metrics as vm
 from grpoflow.backends.verl.memory import at_job_start as memory_estimate
@@ -158,18 +158,6 @@ def job_cpus_per_node() -> int:
         except (OSError, subprocess.SubprocessError, ValueError, IndexError):
             pass
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-# What snakemake/shell.py exports = the rule's threads in every shell job (the job-wide thread count, not a per-worker
-# choice); verl.env's variables are exported after them, by the command's `env` prefix.
-SNAKEMAKE_THREAD_VARS = (
-    "OMP_NUM_THREADS",
-    "GOTO_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-)
 
 
 def snakemake_threads(environ=os.environ) -> int | None:
