@@ -8,6 +8,8 @@
 - Tunix and TRL checkpoints count, at their size: recipe 003 (config/qwen3-8b-gsm8k-tunix.yaml: Qwen3-8B, fp32
   params + AdamW moments in Orbax, ~98 GB each, 4 kept) on a 100 GB filesystem (a TPU VM's boot disk) is refused at
   Snakemake's start, in one line naming the keys to change.
+- Each start check has its own off switch, named at the end of its refusals: GRPOFLOW_SKIP_DISK_CHECK=1 skips the
+  disk check alone, GRPOFLOW_SKIP_ENV_CHECK=1 the environment check alone; each says so in one log line.
 
 The filesystems are real (tmpfs of the stated size: needs root); the Snakemake runs are real non-dry runs, stopped by
 the check at onstart before any job."""
@@ -150,11 +152,11 @@ def filesystem(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
-def refused(workdir: Path, args: list[str]) -> list[str]:
-    """A real (non-dry) Snakemake run from ``workdir``; the disk check must stop it at onstart. Returns its lines
-    that start with ``grpoflow: ``. Hub access is off, so a run that is not stopped fails at its first download
-    instead of fetching anything."""
-    offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+def refused(workdir: Path, args: list[str], env: dict | None = None) -> list[str]:
+    """A real (non-dry) Snakemake run from ``workdir`` (with ``env`` added to its environment); a start check must
+    stop it at onstart. Returns its lines that start with ``grpoflow: ``. Hub access is off, so a run that is not
+    stopped fails at its first download instead of fetching anything."""
+    offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
     proc = snakemake(["--cores", "1", *args], workdir, env=offline, timeout=300, check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Traceback" not in out, out[-3000:]
@@ -178,28 +180,39 @@ def test_recipe_003_on_a_100_gb_filesystem_is_refused_at_start(filesystem):
         f"params + AdamW state, Orbax) need 491 GB more (with the merged model results/{exp}/model ~16 GB and the Hub "
         "download of Qwen/Qwen3-8B into hf_home resources/hf ~16 GB on the same filesystem: 524 GB): point "
         f"experiments.{exp}.checkpoint_dir (or hf_home) at a larger filesystem or free space; no "
-        "grpo.max_checkpoints_to_keep fits here (1 keeps 2 during a save: 197 GB)"
+        "grpo.max_checkpoints_to_keep fits here (1 keeps 2 during a save: 197 GB) (or GRPOFLOW_SKIP_DISK_CHECK=1 to "
+        "skip this check)"
     )
 
 
-def test_the_hub_download_and_the_merged_model_count_on_the_checkpoints_filesystem(filesystem, tmp_path):
-    """A verl experiment starting from a Hub id (Qwen/Qwen3-0.6B, 0.596 B params), its project on a 22.5 GB
-    filesystem: its 3 kept checkpoints (3 x 7.15 GB) fit alone, not with the bf16 download into hf_home and the bf16
-    merged model (1.19 GB each) beside them. Before, only the checkpoints counted and the run started."""
-    wd = make_workdir(filesystem("22500000000"))
-    exp = "hub-verl"
+def hub_verl_overlay(path: Path, exp: str) -> Path:
+    """A verl experiment starting from a Hub id (Qwen/Qwen3-0.6B), 3 checkpoints kept at once, evaluated with
+    transformers. Its cluster environment is unset: Snakemake's own interpreter, which lacks vLLM."""
     overlay = verl_vllm_overlay(
-        tmp_path / "verl.yaml",
+        path,
         exp,
         "Qwen/Qwen3-0.6B",
-        verl={"env": {"GRPOFLOW_SKIP_ENV_CHECK": 1}},
         grpo={"total_steps": 4, "save_freq": 1, "max_checkpoints_to_keep": 2},
         resources={"mem_mb": 16000},
     )
     cfg = yaml.safe_load(overlay.read_text())
     cfg["evaluation"]["backend"] = "transformers"
     overlay.write_text(yaml.safe_dump(cfg))
-    lines = refused(wd, ["--configfile", str(overlay)])
+    return overlay
+
+
+def test_the_hub_download_and_the_merged_model_count_on_the_checkpoints_filesystem(filesystem, tmp_path):
+    """A verl experiment starting from a Hub id (Qwen/Qwen3-0.6B, 0.596 B params), its project on a 22.5 GB
+    filesystem: its 3 kept checkpoints (3 x 7.15 GB) fit alone, not with the bf16 download into hf_home and the bf16
+    merged model (1.19 GB each) beside them. Before, only the checkpoints counted and the run started. The
+    environment check, which would refuse Snakemake's own interpreter (no vLLM), is off for the whole run
+    (issue 30: GRPOFLOW_SKIP_ENV_CHECK=1 in Snakemake's environment) and says so."""
+    wd = make_workdir(filesystem("22500000000"))
+    exp = "hub-verl"
+    overlay = hub_verl_overlay(tmp_path / "verl.yaml", exp)
+    lines = refused(wd, ["--configfile", str(overlay)], env={"GRPOFLOW_SKIP_ENV_CHECK": "1"})
+    assert "grpoflow: environment check skipped: GRPOFLOW_SKIP_ENV_CHECK=1" in lines, lines
+    assert not [ln for ln in lines if " lacks " in ln], lines
     disk = [ln for ln in lines if ln.startswith(f"grpoflow: experiments.{exp}.checkpoint_dir ")]
     assert len(disk) == 1, lines
     assert re.fullmatch(
@@ -208,9 +221,25 @@ def test_the_hub_download_and_the_merged_model_count_on_the_checkpoints_filesyst
         r"from sft\.model\), fp32 params \+ AdamW state\) need 21 GB more \(with the merged model "
         rf"results/{exp}/model ~1\.19 GB and the Hub download of Qwen/Qwen3-0\.6B into hf_home resources/hf ~1\.19 GB "
         rf"on the same filesystem: 24 GB\): point experiments\.{exp}\.checkpoint_dir \(or hf_home\) at a larger "
-        rf"filesystem, free space, or lower experiments\.{exp}\.grpo\.max_checkpoints_to_keep to 1",
+        rf"filesystem, free space, or lower experiments\.{exp}\.grpo\.max_checkpoints_to_keep to 1 "
+        r"\(or GRPOFLOW_SKIP_DISK_CHECK=1 to skip this check\)",
         disk[0],
     ), disk
+
+
+def test_the_disk_check_has_its_own_off_switch_named_in_its_refusal(filesystem, tmp_path):
+    """Issue 30: GRPOFLOW_SKIP_DISK_CHECK=1 turns off the disk check alone. The run above, with that switch instead:
+    the disk check says it was skipped and refuses nothing, and the environment check still stops the run, in one
+    line naming what Snakemake's own interpreter lacks and its own switch."""
+    wd = make_workdir(filesystem("22500000000"))
+    overlay = hub_verl_overlay(tmp_path / "verl.yaml", "hub-verl")
+    lines = refused(wd, ["--configfile", str(overlay)], env={"GRPOFLOW_SKIP_DISK_CHECK": "1"})
+    assert "grpoflow: disk check skipped: GRPOFLOW_SKIP_DISK_CHECK=1" in lines, lines
+    assert not [ln for ln in lines if ln.startswith("grpoflow: experiments.hub-verl.checkpoint_dir ")], lines
+    env = [ln for ln in lines if " lacks " in ln]
+    assert len(env) == 1, lines
+    assert env[0].startswith("grpoflow: cluster_env (unset: Snakemake's own interpreter): ") and "vllm" in env[0]
+    assert env[0].endswith(" (or GRPOFLOW_SKIP_ENV_CHECK=1 to skip this check)"), env
 
 
 def _tiny_verl_config(ckpt: Path):

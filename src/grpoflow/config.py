@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import yaml
 
@@ -24,6 +24,10 @@ from grpoflow.schema import (  # the pure parts, re-exported: callers import the
     saved_steps,
     validate,
 )
+
+if TYPE_CHECKING:  # resolved at load by their own areas, which import nothing of config
+    from grpoflow.evaluation.settings import BenchmarkRun
+    from grpoflow.rewards.registry import ResolvedRewards
 
 SPLITS = ("train", "val", "test")
 RESULTS = "results"
@@ -48,6 +52,10 @@ class WorkflowConfig:
     demo: dict | None
     # model name -> {"kind": "grpo"|"sft"|"external", "experiment": ..., "path": ...}
     models: dict[str, dict] = field(default_factory=dict)
+    # Resolved once, at load: each benchmark's decoding, backend and answer format (what its evaluate jobs run
+    # with), and each experiment's reward set (what its training computes).
+    benchmark_runs: dict[str, BenchmarkRun] = field(default_factory=dict)
+    reward_sets: dict[str, ResolvedRewards] = field(default_factory=dict)
 
     # ---- datasets ----
     def dataset_splits(self, name: str) -> list[str]:
@@ -114,7 +122,8 @@ def _check_dataset(name: str, ds: dict) -> None:
             )
 
 
-def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> None:
+def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> ResolvedRewards:
+    """Cross checks of one experiment; returns its resolved reward set."""
     where = f"experiments.{name}"
     data = exp.get("data") or {}
     if "dataset" not in data:
@@ -151,7 +160,7 @@ def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> None:
         raise ConfigError(
             f"config error: {where}.rewards.weights has {len(rewards['weights'])} values for {len(rewards['funcs'])} funcs {rewards['funcs']}: give one weight per func"
         )
-    _check_rewards(where, rewards)
+    reward_set = _resolve_rewards(where, exp)
     _check_no_credentials(where, exp)
     _check_merge_step(where, exp)
     backend_check = _backend_check(exp["backend"])
@@ -162,6 +171,7 @@ def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> None:
         raise ConfigError(
             f"config error: {where}.upload.enabled is true but upload.repo_id is not set (e.g. your-org/{name})"
         )
+    return reward_set
 
 
 # A name is a credential when it ends in a secret's word (HF_TOKEN, hub_token, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY)
@@ -215,14 +225,16 @@ def _check_merge_step(where: str, exp: dict) -> None:
         )
 
 
-def _check_rewards(where: str, rewards: dict) -> None:
+def _resolve_rewards(where: str, exp: dict) -> ResolvedRewards:
     try:
-        from grpoflow.rewards import check_reward_config  # owned by the reward library
+        from grpoflow.rewards.registry import resolve_reward_set  # owned by the reward library
     except ImportError:  # reward library not importable: fail loudly, never train with an unchecked reward
         raise ConfigError(
             "config error: grpoflow.rewards cannot be imported to check the reward config: reinstall the package (pip install -e .)"
         )
-    check_reward_config(rewards, where=f"{where}.rewards")
+    return resolve_reward_set(
+        exp["rewards"], max_response_length=exp["grpo"]["max_response_length"], where=f"{where}.rewards"
+    )
 
 
 # Backend-specific cross checks (verl batch arithmetic, TRL batch divisibility) register here when their
@@ -289,7 +301,7 @@ def _build_models(cfg: WorkflowConfig) -> None:
 def _check_evaluation(cfg: WorkflowConfig) -> None:
     from grpoflow.evaluation.settings import check_evaluation_config
 
-    check_evaluation_config(cfg.evaluation)
+    cfg.benchmark_runs = check_evaluation_config(cfg.evaluation)
     for bname, bench in cfg.evaluation["benchmarks"].items():
         where = f"evaluation.benchmarks.{bname}"
         if "dataset" in bench:
@@ -354,7 +366,36 @@ def resolve_config(raw: dict) -> WorkflowConfig:
     raw = canonical(raw, schema, schema["$defs"], ints=False)
     # 1. Structure and unknown keys everywhere (no defaults yet, so `defaults` stays a partial experiment).
     validate(raw, schema, fill_defaults=False)
-    # 2. Experiments = defaults ⊕ experiment, then defaults filled and re-checked as a whole.
+    # 2. Each section with its defaults filled and checked on its own.
+    experiments = _resolve_experiments(raw)
+    datasets = _resolve_datasets(raw)
+    evaluation = _resolve_section(raw, "evaluation")
+    from grpoflow.evaluation.registry import resolve_builtin_benchmarks
+
+    evaluation = resolve_builtin_benchmarks(evaluation)
+    report = _resolve_section(raw, "report")
+    demo = _resolve_demo(raw, datasets)
+    # 3. Canonical from here on (sorted keys, numbers as the schema types them): every rule param is built from
+    # these, so the same settings in another key order or number spelling rerun nothing.
+    defs = schema["$defs"]
+    cfg = WorkflowConfig(
+        raw=raw,
+        datasets={n: canonical(d, {"$ref": "#/$defs/dataset"}, defs) for n, d in sorted(datasets.items())},
+        experiments={n: canonical(e, {"$ref": "#/$defs/experiment"}, defs) for n, e in sorted(experiments.items())},
+        evaluation=canonical(evaluation, {"$ref": "#/$defs/evaluation"}, defs),
+        report=canonical(report, {"$ref": "#/$defs/report"}, defs),
+        demo=canonical(demo, {"$ref": "#/$defs/demo"}, defs) if demo is not None else None,
+    )
+    # 4. Checks across sections, resolving what the jobs take: reward sets, models, benchmark runs.
+    cfg.reward_sets = {name: _check_experiment(name, exp, cfg) for name, exp in cfg.experiments.items()}
+    _build_models(cfg)
+    cfg.models = canonical(cfg.models)
+    _check_evaluation(cfg)
+    return cfg
+
+
+def _resolve_experiments(raw: dict) -> dict[str, dict]:
+    """Experiments = defaults ⊕ experiment (seeds expanded), then defaults filled and checked as a whole."""
     defaults = raw.get("defaults") or {}
     experiments = {}
     named = dict(raw.get("experiments") or {})
@@ -370,7 +411,12 @@ def resolve_config(raw: dict) -> WorkflowConfig:
             if other != merged["backend"]:
                 merged.pop(other, None)
         experiments[name] = merged
-    from grpoflow.evaluation.registry import builtin_datasets, resolve_builtin_benchmarks
+    return experiments
+
+
+def _resolve_datasets(raw: dict) -> dict[str, dict]:
+    """The config's datasets and those its built-in benchmarks need, defaults filled and checked."""
+    from grpoflow.evaluation.registry import builtin_datasets
 
     raw_datasets = {**(raw.get("datasets") or {})}
     raw_datasets.update(builtin_datasets(raw.get("evaluation") or {}, raw_datasets))
@@ -383,60 +429,56 @@ def resolve_config(raw: dict) -> WorkflowConfig:
             ds["data_source"] = f"grpoflow/{name}"
         _check_dataset(name, ds)
         datasets[name] = ds
-    evaluation = copy.deepcopy(raw.get("evaluation") or {})
-    validate(evaluation, {"$ref": "#/$defs/evaluation"}, fill_defaults=True, where="evaluation")
-    evaluation = resolve_builtin_benchmarks(evaluation)
-    report = copy.deepcopy(raw.get("report") or {})
-    validate(report, {"$ref": "#/$defs/report"}, fill_defaults=True, where="report")
-    demo = copy.deepcopy(raw.get("demo")) if raw.get("demo") is not None else None
-    if demo is not None:
-        validate(demo, {"$ref": "#/$defs/demo"}, fill_defaults=True, where="demo")
-        demo.setdefault("tiny_model", {})
-        validate(
-            demo["tiny_model"],
-            {"$ref": "#/$defs/demo/properties/tiny_model"},
-            fill_defaults=True,
-            where="demo.tiny_model",
-        )
-        if "sft" not in demo:
-            raise ConfigError(
-                "config error: demo.sft is missing: the demo needs an SFT stage (demo.sft.dataset names its data)"
-            )
-        if demo["sft"]["dataset"] not in datasets:
-            raise ConfigError(
-                f"config error: demo.sft.dataset = {demo['sft']['dataset']!r} is not defined under datasets (defined: {', '.join(datasets) or 'none'})"
-            )
-        target = demo["sft"].get("target_accuracy")
-        if target:
-            low, high = target["band"]
-            if not low < high:
-                raise ConfigError(
-                    f"config error: demo.sft.target_accuracy.band = {target['band']} is not [low, high] with low < high: e.g. [0.35, 0.65]"
-                )
-            splits = dataset_splits(datasets[demo["sft"]["dataset"]])
-            if target["split"] not in splits or target["split"] == "test":
-                raise ConfigError(
-                    f"config error: demo.sft.target_accuracy.split = {target['split']!r}: dataset {demo['sft']['dataset']!r} has splits {', '.join(splits)}; "
-                    "use a validation split (datasets.<name>.validation carves one), never the test split the report scores"
-                )
+    return datasets
 
-    # Canonical from here on (sorted keys, numbers as the schema types them): every rule param is built from
-    # these, so the same settings in another key order or number spelling rerun nothing.
-    defs = schema["$defs"]
-    experiments = {n: canonical(e, {"$ref": "#/$defs/experiment"}, defs) for n, e in sorted(experiments.items())}
-    datasets = {n: canonical(d, {"$ref": "#/$defs/dataset"}, defs) for n, d in sorted(datasets.items())}
-    evaluation = canonical(evaluation, {"$ref": "#/$defs/evaluation"}, defs)
-    report = canonical(report, {"$ref": "#/$defs/report"}, defs)
-    demo = canonical(demo, {"$ref": "#/$defs/demo"}, defs) if demo is not None else None
-    cfg = WorkflowConfig(
-        raw=raw, datasets=datasets, experiments=experiments, evaluation=evaluation, report=report, demo=demo
+
+def _resolve_section(raw: dict, key: str) -> dict:
+    """A top-level section (``evaluation``, ``report``) with its schema defaults filled."""
+    section = copy.deepcopy(raw.get(key) or {})
+    validate(section, {"$ref": f"#/$defs/{key}"}, fill_defaults=True, where=key)
+    return section
+
+
+def _resolve_demo(raw: dict, datasets: dict[str, dict]) -> dict | None:
+    """The ``demo`` section with its defaults filled and checked against the datasets, or None without one."""
+    if raw.get("demo") is None:
+        return None
+    demo = copy.deepcopy(raw["demo"])
+    validate(demo, {"$ref": "#/$defs/demo"}, fill_defaults=True, where="demo")
+    demo.setdefault("tiny_model", {})
+    validate(
+        demo["tiny_model"],
+        {"$ref": "#/$defs/demo/properties/tiny_model"},
+        fill_defaults=True,
+        where="demo.tiny_model",
     )
-    for name, exp in experiments.items():
-        _check_experiment(name, exp, cfg)
-    _build_models(cfg)
-    cfg.models = canonical(cfg.models)
-    _check_evaluation(cfg)
-    return cfg
+    if "sft" not in demo:
+        raise ConfigError(
+            "config error: demo.sft is missing: the demo needs an SFT stage (demo.sft.dataset names its data)"
+        )
+    if demo["sft"]["dataset"] not in datasets:
+        raise ConfigError(
+            f"config error: demo.sft.dataset = {demo['sft']['dataset']!r} is not defined under datasets (defined: {', '.join(datasets) or 'none'})"
+        )
+    _check_demo_target(demo["sft"], datasets)
+    return demo
+
+
+def _check_demo_target(sft: dict, datasets: dict[str, dict]) -> None:
+    target = sft.get("target_accuracy")
+    if not target:
+        return
+    low, high = target["band"]
+    if not low < high:
+        raise ConfigError(
+            f"config error: demo.sft.target_accuracy.band = {target['band']} is not [low, high] with low < high: e.g. [0.35, 0.65]"
+        )
+    splits = dataset_splits(datasets[sft["dataset"]])
+    if target["split"] not in splits or target["split"] == "test":
+        raise ConfigError(
+            f"config error: demo.sft.target_accuracy.split = {target['split']!r}: dataset {sft['dataset']!r} has splits {', '.join(splits)}; "
+            "use a validation split (datasets.<name>.validation carves one), never the test split the report scores"
+        )
 
 
 def load_config_files(paths: Iterable[str]) -> dict:

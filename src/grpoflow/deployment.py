@@ -39,7 +39,10 @@ import shlex
 import sys
 from dataclasses import dataclass
 
-CLUSTER, LOCAL, TUNIX = "cluster", "local", "tunix"
+from grpoflow import backends
+from grpoflow.backends import CLUSTER, LOCAL, TUNIX
+from grpoflow.evaluation.backends import evaluation_backend
+
 # The settings key that names each non-local plane's environment.
 ENV_KEYS = {CLUSTER: "cluster_env", TUNIX: "tunix_env"}
 # Every interpreter call in the commands grpoflow composes is written `python -m <module>`.
@@ -127,13 +130,13 @@ def container(raw_config: dict, plane: str) -> str | None:
 
 
 def experiment_plane(exp: dict) -> str:
-    if exp["backend"] == "trl" and not exp["trl"]["use_cpu"]:
-        return CLUSTER  # TRL on GPUs needs CUDA torch and vLLM: the cluster environment (requirements/cluster.lock)
-    return {"verl": CLUSTER, "tunix": TUNIX}.get(exp["backend"], LOCAL)
+    """The plane of an experiment's train_grpo and merge_checkpoint jobs: its backend's answer."""
+    return backends.of(exp).plane(exp)
 
 
 def evaluation_plane(evaluation: dict) -> str:
-    return {"vllm": CLUSTER, "tunix": TUNIX}.get(evaluation.get("backend"), LOCAL)
+    """The plane of the evaluate jobs: the evaluation backend's row (grpoflow.evaluation.backends)."""
+    return evaluation_backend(evaluation.get("backend")).plane
 
 
 def describe(envs: dict[str, JobEnv]) -> str:
@@ -150,7 +153,8 @@ def check_multinode(cfg, raw_config: dict, methods: set[str]) -> None:
     if "apptainer" not in methods or not (raw_config.get(ENV_KEYS[CLUSTER]) or {}).get("container"):
         return
     for name, exp in sorted(cfg.experiments.items()):
-        if exp["backend"] == "verl" and exp["resources"]["nodes"] > 1:
+        # Only verl trains on several nodes (the others refuse resources.nodes > 1 at config load).
+        if experiment_plane(exp) == CLUSTER and exp["resources"]["nodes"] > 1:
             raise ConfigError(
                 f"config error: experiments.{name}.resources.nodes = {exp['resources']['nodes']} with --sdm apptainer and cluster_env.container: the multi-node Ray launcher starts srun steps that cannot run inside the image; use one node, or a named environment on shared storage (cluster_env.python) for multi-node runs"
             )

@@ -34,6 +34,10 @@ HOW_TO_PICK_TUNIX = (
     "apptainer with tunix_env.container"
 )
 
+# Set to 1 in Snakemake's environment: the start check of every plane's interpreter is skipped
+# (grpoflow.preflight); in a verl experiment's ``verl.env``: that experiment's, and its job's own check.
+SKIP_ENV_CHECK = "GRPOFLOW_SKIP_ENV_CHECK"
+
 # (module that must be importable, pip package that provides it)
 VERL = ("verl", "verl==0.9.1")
 VLLM = ("vllm", "vllm (verl[vllm])")

@@ -152,12 +152,32 @@ def model_card(
     """README.md for the Hub: metadata (license, base model, datasets, languages, model-index), evaluation
     table, training prompt, training config and provenance — all from the run's own files and config, so the
     same run always yields the same card. ``sources``: ``card_sources(cfg, experiment)``."""
-    from huggingface_hub import ModelCard, ModelCardData
+    from huggingface_hub import ModelCard
 
     sources = sources or {}
-    grpo, data, upload = experiment_cfg["grpo"], experiment_cfg["data"], experiment_cfg.get("upload") or {}
-    base = _base_model(experiment_cfg)
     name = repo_id.split("/")[-1]
+    meta = _card_metadata(experiment, experiment_cfg, evaluations, name, sources)
+    lines = ["---", meta.to_yaml(), "---", "", f"# {name}", ""]
+    lines += _card_summary(experiment, experiment_cfg, marker)
+    lines += _card_evaluation(evaluations)
+    lines += _card_prompt(sources.get("prompt"))
+    lines += [
+        "## Training configuration",
+        "",
+        "```yaml",
+        yaml.safe_dump(_public_config(experiment_cfg), sort_keys=True).strip(),
+        "```",
+        "",
+    ]
+    lines += _card_provenance(marker)
+    return str(ModelCard("\n".join(lines).rstrip() + "\n"))  # ModelCard parses (and so checks) the metadata
+
+
+def _card_metadata(experiment: str, experiment_cfg: dict, evaluations: list[dict], name: str, sources: dict):
+    """The card's YAML metadata (a ``ModelCardData``); warns when it has no license."""
+    from huggingface_hub import ModelCardData
+
+    grpo, upload = experiment_cfg["grpo"], experiment_cfg.get("upload") or {}
     tags = ["grpo", "reinforcement-learning", "math", "grpoflow"] + (
         ["lora-merged"] if grpo.get("lora", {}).get("rank") else []
     )
@@ -171,7 +191,7 @@ def model_card(
     meta = ModelCardData(
         license=upload.get("license"),
         language=upload.get("language") or None,
-        base_model=base,
+        base_model=_base_model(experiment_cfg),
         datasets=[train_repo] if train_repo else None,
         library_name="transformers",
         pipeline_tag="text-generation",
@@ -183,9 +203,14 @@ def model_card(
         log.warning(
             "%s: the model card has no license: set upload.license (the base model's, e.g. apache-2.0)", experiment
         )
-    lines = ["---", meta.to_yaml(), "---", "", f"# {name}", ""]
-    start = base or "its SFT checkpoint"
-    lines += [
+    return meta
+
+
+def _card_summary(experiment: str, experiment_cfg: dict, marker: dict) -> list[str]:
+    """The paragraph under the title: what was fine-tuned, how, on what."""
+    grpo, data = experiment_cfg["grpo"], experiment_cfg["data"]
+    start = _base_model(experiment_cfg) or "its SFT checkpoint"
+    return [
         f"GRPO fine-tune of `{start}` for math reasoning, trained with grpoflow (experiment `{experiment}`, "
         f"backend {experiment_cfg['backend']}, {marker.get('final_step', grpo['total_steps'])} optimizer steps, "
         f"{grpo['prompts_per_step']} prompts × {grpo['num_generations']} completions per step, rewards: {', '.join(experiment_cfg['rewards']['funcs'])}) "
@@ -197,47 +222,52 @@ def model_card(
         ),
         "",
     ]
-    if evaluations:
-        lines += [
-            "## Evaluation",
-            "",
-            "| benchmark | accuracy | format | partial (±10%) | no answer | truncated | mean tokens | problems | decoding |",
-            "|:---|---:|---:|---:|---:|---:|---:|---:|:---|",
-        ]
-        for ev in sorted(evaluations, key=lambda e: e["benchmark"]):
-            m, g = ev["metrics"], ev["generation"]
-            decoding = "greedy" if g.get("greedy") else f"{g['preset']} (T {g['temperature']}, avg@{g['samples']})"
-            lines.append(
-                f"| {ev['benchmark']} | {100 * m['accuracy']:.1f}% | {100 * m['format_accuracy']:.1f}% | {100 * m['partial_accuracy']:.1f}% | "
-                f"{100 * m['no_answer_rate']:.1f}% | {100 * m['truncation_rate']:.1f}% | {m['mean_response_tokens']:.1f} | {ev['n_problems']} | "
-                f"{decoding}, max {g['max_new_tokens']} tokens |"
-            )
-        lines += [
-            "",
-            "Accuracy is graded by grpoflow's answer verifier (final `\\boxed{}`, `<answer>` tag, `####` line or answer phrase, compared symbolically).",
-            "",
-        ]
-    prompt = sources.get("prompt")
-    if prompt:
-        lines += [
-            "## Training prompt",
-            "",
-            "The chat messages every training problem was asked with (`{question}`: the problem):",
-            "",
-        ]
-        if prompt.get("system"):
-            lines += ["System:", "", "```text", prompt["system"], "```", ""]
-        lines += ["User:", "", "```text", prompt["template"], "```", ""]
-    lines += [
-        "## Training configuration",
+
+
+def _card_evaluation(evaluations: list[dict]) -> list[str]:
+    """The evaluation table (nothing without evaluations)."""
+    if not evaluations:
+        return []
+    lines = [
+        "## Evaluation",
         "",
-        "```yaml",
-        yaml.safe_dump(_public_config(experiment_cfg), sort_keys=True).strip(),
-        "```",
+        "| benchmark | accuracy | format | partial (±10%) | no answer | truncated | mean tokens | problems | decoding |",
+        "|:---|---:|---:|---:|---:|---:|---:|---:|:---|",
+    ]
+    for ev in sorted(evaluations, key=lambda e: e["benchmark"]):
+        m, g = ev["metrics"], ev["generation"]
+        decoding = "greedy" if g.get("greedy") else f"{g['preset']} (T {g['temperature']}, avg@{g['samples']})"
+        lines.append(
+            f"| {ev['benchmark']} | {100 * m['accuracy']:.1f}% | {100 * m['format_accuracy']:.1f}% | {100 * m['partial_accuracy']:.1f}% | "
+            f"{100 * m['no_answer_rate']:.1f}% | {100 * m['truncation_rate']:.1f}% | {m['mean_response_tokens']:.1f} | {ev['n_problems']} | "
+            f"{decoding}, max {g['max_new_tokens']} tokens |"
+        )
+    return lines + [
+        "",
+        "Accuracy is graded by grpoflow's answer verifier (final `\\boxed{}`, `<answer>` tag, `####` line or answer phrase, compared symbolically).",
         "",
     ]
+
+
+def _card_prompt(prompt: dict | None) -> list[str]:
+    """The chat messages of training (nothing when the sources do not give them)."""
+    if not prompt:
+        return []
+    lines = [
+        "## Training prompt",
+        "",
+        "The chat messages every training problem was asked with (`{question}`: the problem):",
+        "",
+    ]
+    if prompt.get("system"):
+        lines += ["System:", "", "```text", prompt["system"], "```", ""]
+    return lines + ["User:", "", "```text", prompt["template"], "```", ""]
+
+
+def _card_provenance(marker: dict) -> list[str]:
+    """Commit, config hash, finish time, steps, last training metrics and package versions of the run."""
     prov = marker.get("provenance") or {}
-    lines += ["## Provenance", ""]
+    lines = ["## Provenance", ""]
     if prov.get("git_commit"):
         lines.append(f"- grpoflow commit: `{prov['git_commit']}`")
     if prov.get("config_hash"):
@@ -255,7 +285,7 @@ def model_card(
         )
     for name, version in sorted((prov.get("packages") or {}).items()):
         lines.append(f"- {name} {version}")
-    return str(ModelCard("\n".join(lines).rstrip() + "\n"))  # ModelCard parses (and so checks) the metadata
+    return lines
 
 
 # ---- the job ------------------------------------------------------------------------------------------------------
@@ -305,38 +335,14 @@ def upload_experiment(
     record["total_bytes"] = sum(f["size"] for f in files)
     token = find_token()
     if record["dry_run"]:
-        record.update(token_found=token is not None, model_card=card)
-        record["reason"] = "dry run: nothing sent"
-        atomic_write_json(record_path, record)
-        log.info(
-            "%s: dry run: would upload %d files (%d bytes) to %s@%s",
-            experiment,
-            len(files),
-            record["total_bytes"],
-            repo_id,
-            revision,
-        )
-        for f in files:
-            log.info("  %s (%d bytes)", f["path"], f["size"])
-        return record
+        return _record_dry_run(experiment, record, record_path, card, token)
     if not token:
         raise GrpoflowError(
             f"no Hugging Face token for uploading {experiment} to {repo_id}: set HF_TOKEN or run `hf auth login` on the machine that runs upload_to_hub (nothing was uploaded)"
         )
+    message = upload.get("commit_message") or f"grpoflow: {experiment}"
     try:
-        record.update(
-            _send(
-                model_dir,
-                files,
-                card,
-                repo_id,
-                revision,
-                private,
-                token,
-                endpoint,
-                upload.get("commit_message") or f"grpoflow: {experiment}",
-            )
-        )
+        record.update(_send(model_dir, files, card, repo_id, revision, private, token, endpoint, message))
     except GrpoflowError:
         raise
     except Exception as exc:  # HTTP/network errors of huggingface_hub: one line, never the token
@@ -353,6 +359,24 @@ def upload_experiment(
         revision,
         record["commit"],
     )
+    return record
+
+
+def _record_dry_run(experiment: str, record: dict, record_path: str, card: str, token: str | None) -> dict:
+    """Write the record of a dry run (the files and card that would be sent, whether a token was found); log it."""
+    record.update(token_found=token is not None, model_card=card)
+    record["reason"] = "dry run: nothing sent"
+    atomic_write_json(record_path, record)
+    log.info(
+        "%s: dry run: would upload %d files (%d bytes) to %s@%s",
+        experiment,
+        len(record["files"]),
+        record["total_bytes"],
+        record["repo_id"],
+        record["revision"],
+    )
+    for f in record["files"]:
+        log.info("  %s (%d bytes)", f["path"], f["size"])
     return record
 
 

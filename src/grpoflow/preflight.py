@@ -8,8 +8,10 @@ seconds here and needs no GPU:
 - **environment** (every executor): each non-local plane that a job about to run uses (cluster: verl, vLLM,
   TransferQueue, flash-attn; tunix: Tunix, JAX) has its interpreter started once, exactly as the jobs start it
   (``cluster_env.python`` / ``activate``, grpoflow.deployment), and ``importlib.util.find_spec``s every module
-  those jobs import (grpoflow.envcheck). Skipped under ``--sdm conda`` / ``apptainer`` (the environment is built
-  or pulled per job) and for an experiment with ``verl.env.GRPOFLOW_SKIP_ENV_CHECK: 1``.
+  those jobs import (grpoflow.envcheck), as each job's backend says (``environment``, grpoflow.backends; for
+  evaluate the row of grpoflow.evaluation.backends). Skipped under ``--sdm conda`` / ``apptainer`` (the
+  environment is built or pulled per job) and for an experiment with ``verl.env.GRPOFLOW_SKIP_ENV_CHECK: 1``. Off
+  with ``GRPOFLOW_SKIP_ENV_CHECK=1`` (jobs that inherit it, the verl wrapper, skip their own check too).
 - **partition** (SLURM executor): the node shapes (grpoflow.slurm_nodes), each job's time limit against the
   partition's (``sinfo %l``; for train_grpo the larger of ``resources.runtime`` and ``resources.retry_runtime``),
   and the GPU type it asks for (``gpu_model``, a typed ``gres``, or ``resources.gpu_mem_gb`` above the
@@ -21,8 +23,11 @@ seconds here and needs no GPU:
   a start model into ``hf_home``, the merged model ``results/<experiment>/model``; less what each path already
   holds; everything on one filesystem adds up. The room is the free space or the quota left (``lfs quota``,
   ``mmlsquota``, ``quota``: grpoflow.quota), whichever is smaller; where no quota could be read, the notes say so.
+  Each backend sizes its own checkpoint and merged model (``checkpoint_size``, ``merged_size``: grpoflow.backends).
+  Off with ``GRPOFLOW_SKIP_DISK_CHECK=1``.
 
-Every failure is one line naming the config key; all are reported, then the run stops. What only a GPU node can
+Every failure is one line naming the config key and ending with its check's off switch; all are reported, then the
+run stops; a check switched off logs one line saying so. What only a GPU node can
 tell (the driver's CUDA version against the lock's, the GPUs' compute mode) is checked by the job itself, first
 (grpoflow.gpucheck).
 """
@@ -36,11 +41,15 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-from grpoflow import envcheck
-from grpoflow.deployment import CLUSTER, ENV_KEYS, LOCAL, TUNIX, JobEnv
+from grpoflow import backends, envcheck
+from grpoflow.backends import HUB_WEIGHT_BYTES
+from grpoflow.deployment import ENV_KEYS, LOCAL, TUNIX, JobEnv
+from grpoflow.evaluation.backends import evaluation_backend
 
 # Each start check's own off switch (an environment variable set to 1), named in its refusals.
 SKIP_PARTITION_CHECK = "GRPOFLOW_SKIP_PARTITION_CHECK"
+SKIP_ENV_CHECK = envcheck.SKIP_ENV_CHECK
+SKIP_DISK_CHECK = "GRPOFLOW_SKIP_DISK_CHECK"
 ENV_TIMEOUT_S = 120  # starting an interpreter on a network filesystem can take a while; find_spec is milliseconds
 
 # Modules are found, never imported (no CUDA initialisation), by the job's own interpreter; it prints what is
@@ -75,50 +84,18 @@ class PlaneNeeds:
         )
 
 
-def verl_overrides(exp: dict) -> dict[str, str]:
-    """The few overrides of a verl experiment that decide what main_ppo imports (envcheck.train_verl_needs)."""
-    ov = {"actor_rollout_ref.rollout.name": exp["verl"]["rollout"]["name"]}
-    for text in exp["verl"].get("extra_overrides") or []:
-        key, _, value = text.lstrip("+").partition("=")
-        ov[key] = value.strip().strip("'\"")
-    return ov
-
-
 def job_needs(cfg, rule: str, wildcards: dict) -> tuple[str, str, list[tuple[str, str, str]]] | None:
     """(plane, job name, needs) of one job, or None for a local-plane job or one whose check is switched off."""
     if rule in ("train_grpo", "merge_checkpoint"):
         name = wildcards["experiment"]
         exp = cfg.experiment(name)
-        backend = exp["backend"]
-        job = f"{rule} ({name})"
-        if backend == "verl":
-            if rule == "merge_checkpoint":
-                return CLUSTER, job, envcheck.NEEDS["merge-verl"]
-            if str(exp["verl"]["env"].get("GRPOFLOW_SKIP_ENV_CHECK", "")).lower() in ("1", "true"):
-                return None
-            return CLUSTER, job, envcheck.train_verl_needs(verl_overrides(exp))
-        if backend == "tunix":
-            return TUNIX, job, envcheck.NEEDS["train-tunix" if rule == "train_grpo" else "merge-tunix"]
-        if backend == "trl" and not exp["trl"]["use_cpu"]:  # a cluster-plane job (grpoflow.deployment)
-            lora = bool((exp["grpo"].get("lora") or {}).get("rank"))
-            if rule == "merge_checkpoint":
-                return (
-                    CLUSTER,
-                    job,
-                    [(*envcheck.TORCH, "the merge")] + ([(*envcheck.PEFT, "grpo.lora")] if lora else []),
-                )
-            # torch's CUDA build is read at the job's start (envcheck.require_trl_gpu), in seconds.
-            return (
-                CLUSTER,
-                job,
-                [(*envcheck.TORCH, "trl.use_cpu false")] + envcheck.trl_gpu_needs(exp["trl"]["vllm"]["mode"], lora),
-            )
-        return None
+        backend = backends.of(exp)
+        needs = backend.environment(exp, rule)
+        return (backend.plane(exp), f"{rule} ({name})", needs) if needs else None
     if rule == "evaluate":
-        backend = cfg.evaluation["backend"]
-        kind = {"vllm": (CLUSTER, "eval-vllm"), "tunix": (TUNIX, "eval-tunix")}.get(backend)
-        if kind:
-            return kind[0], f"evaluate ({wildcards['model']}, {wildcards['benchmark']})", envcheck.NEEDS[kind[1]]
+        row = evaluation_backend(cfg.evaluation["backend"])
+        if row.check:
+            return row.plane, f"evaluate ({wildcards['model']}, {wildcards['benchmark']})", envcheck.NEEDS[row.check]
     return None
 
 
@@ -196,19 +173,14 @@ def _last_json(text: str) -> dict | None:
 # ---- disk ---------------------------------------------------------------------------------------------------------
 
 GB = 1e9
-# How the Qwen3 presets' weights are published on the Hub (their config.json torch_dtype: bfloat16): the size of a
-# Hub download, and the dtype a merge saves in when it keeps the start's.
-HUB_WEIGHT_BYTES = 2
-# PEFT keeps LoRA adapters in float32 (get_peft_model's autocast_adapter_dtype, on by default), TRL's and the merge's.
-ADAPTER_BYTES = 4
 
 
 def model_architecture(exp: dict):
     """(Architecture, source) of the start model: ``architecture:``, else the config.json of a local ``sft.model``
-    dir, else a Qwen3 size in its names (grpoflow.backends.verl.memory.architecture); (None, "") when unknown."""
+    dir, else a Qwen3 size in its names (grpoflow.backends.memory.architecture); (None, "") when unknown."""
     import json
 
-    from grpoflow.backends.verl.memory import Architecture, architecture
+    from grpoflow.backends.memory import Architecture, architecture
 
     model = str((exp.get("sft") or {}).get("model") or "")
     if exp.get("architecture") or not os.path.isfile(os.path.join(model, "config.json")):
@@ -235,72 +207,31 @@ def model_architecture(exp: dict):
 
 
 def checkpoint_bytes(exp: dict) -> tuple[int, str] | None:
-    """(bytes, how) of one checkpoint of ``exp`` as its backend saves it, from the model's architecture
-    (``architecture:`` or the Qwen3 size named in ``sft``); None when that is unknown. Each is the parameters it
-    saves plus AdamW's two moments of every trained one, all in the trained weights' dtype (AdamW keeps its state in
-    the parameters' dtype: torch's, optax's):
-
-    - verl: ``checkpoint.save_contents`` [model, optimizer, extra], every parameter in ``verl.model_dtype`` (with
-      LoRA, the base as well as the adapters);
-    - tunix: Tunix's CheckpointManager (``tunix/sft/checkpoint_manager.py``) writes Orbax items ``model_params``
-      (``nnx.state(model)``; with LoRA only the LoRA params) and ``optimizer_state``, in ``tunix.param_dtype``;
-      Orbax compresses them (zstd), so this is an upper bound (80 % was written for a small Qwen3 after one step:
-      tests/backends/tunix/test_tunix_checkpoint_size.py);
-    - trl: HF Trainer's ``checkpoint-N/``, the model's weights (with LoRA the adapter, float32 in PEFT) and
-      ``optimizer.pt``, in ``trl.param_dtype`` (auto: float32; the frozen base of a LoRA run is not saved)."""
-    from grpoflow.backends.verl.memory import DTYPE_BYTES
-
+    """(bytes, how) of one checkpoint of ``exp`` as its backend saves it (its ``checkpoint_size``), from the model's
+    architecture (``architecture:`` or the Qwen3 size named in ``sft``); None when that is unknown. Each is the
+    parameters it saves plus AdamW's two moments of every trained one, all in the trained weights' dtype (AdamW keeps
+    its state in the parameters' dtype: torch's, optax's)."""
     arch, source = model_architecture(exp)
     if arch is None:
         return None
     rank = (exp["grpo"].get("lora") or {}).get("rank") or 0
-    lora = arch.lora_params(rank) if rank else 0
-    backend = exp.get("backend", "verl")
-    if backend == "verl":
-        dtype = exp["verl"]["model_dtype"]
-        b = DTYPE_BYTES[dtype]
-        size, what = arch.params * b + (3 * lora * b if rank else 2 * arch.params * b), "params + AdamW state"
-    elif backend == "tunix":
-        dtype = exp["tunix"]["param_dtype"]
-        b = DTYPE_BYTES[dtype]
-        size, what = 3 * (lora if rank else arch.params) * b, "params + AdamW state, Orbax"
-    elif backend == "trl":
-        dtype = exp["trl"]["param_dtype"]
-        if rank:
-            dtype, b = "float32 adapter", ADAPTER_BYTES
-        else:
-            dtype = "float32" if dtype == "auto" else dtype
-            b = DTYPE_BYTES[dtype]
-        size, what = 3 * (lora if rank else arch.params) * b, "params + AdamW state"
-    else:
-        return None
-    return size, f"{arch.name} ({source}), {dtype} {what}{f', LoRA rank {rank}' if rank else ''}"
+    size, how = backends.of(exp).checkpoint_size(exp, arch, rank)
+    return size, f"{arch.name} ({source}), {how}{f', LoRA rank {rank}' if rank else ''}"
 
 
 def merged_model_bytes(exp: dict) -> tuple[int, str] | None:
-    """(bytes, how) merge_checkpoint writes under ``results/<experiment>/``: verl's merger saves bfloat16
-    (``base_model_merger.save_hf_model_and_tokenizer``), with LoRA its scratch copy beside the merged one; Tunix
-    exports in the start's dtype; TRL copies a full fine-tune's weights as trained and saves a merged LoRA in the
-    start's dtype (taken as the Hub's bfloat16)."""
-    from grpoflow.backends.verl.memory import DTYPE_BYTES
-
+    """(bytes, how) merge_checkpoint writes under ``results/<experiment>/``, as its backend says (``merged_size``)."""
     arch, _ = model_architecture(exp)
     if arch is None:
         return None
     rank = (exp["grpo"].get("lora") or {}).get("rank") or 0
-    backend = exp.get("backend", "verl")
-    if backend == "verl":
-        return arch.params * 2 * (2 if rank else 1), "bfloat16" + (", and the merger's copy" if rank else "")
-    if backend == "trl" and not rank:
-        dtype = "float32" if exp["trl"]["param_dtype"] == "auto" else exp["trl"]["param_dtype"]
-        return arch.params * DTYPE_BYTES[dtype], dtype
-    return arch.params * HUB_WEIGHT_BYTES, "the start's bfloat16"
+    return backends.of(exp).merged_size(exp, arch, rank)
 
 
 def download_bytes(cfg, repo_id: str) -> int | None:
     """What download_model fetches for a Hub id: its weights at the Hub's bfloat16, from the architecture of an
     experiment that starts from it, else from the Qwen3 size in its name."""
-    from grpoflow.backends.verl.memory import architecture
+    from grpoflow.backends.memory import architecture
 
     starts = [e for e in cfg.experiments.values() if (e.get("sft") or {}).get("model") == repo_id]
     arch = next((a for a, _ in map(model_architecture, starts) if a), None)
@@ -475,8 +406,7 @@ def partition_failures(workflow, cfg, jobs, log) -> list[str]:
     plugin = getattr(workflow, "executor_plugin", None)
     if plugin is None or plugin.name != "slurm":
         return []
-    if os.environ.get(SKIP_PARTITION_CHECK) == "1":
-        log(f"grpoflow: partition check skipped: {SKIP_PARTITION_CHECK}=1")
+    if _skipped(SKIP_PARTITION_CHECK, "partition check", log):
         return []
     if not shutil.which("sinfo"):
         log("grpoflow: partition check skipped: sinfo not found on this host (requests go to sbatch unchecked)")
@@ -527,17 +457,29 @@ def run(
     hub = hub_start_models(cfg)
     fetched = {j.wildcards_dict["hub_model"] for j in jobs if j.rule.name == "download_model"}
     downloads = sorted(hub[w]["repo_id"] for w in fetched if w in hub)
-    disk_fail, disk_notes = check_disk(cfg, train, merges=merges, downloads=downloads)
-    failures += disk_fail
+    disk_fail, disk_notes = [], []
+    if not _skipped(SKIP_DISK_CHECK, "disk check", log):
+        disk_fail, disk_notes = check_disk(cfg, train, merges=merges, downloads=downloads)
+    failures += [f"{line} (or {SKIP_DISK_CHECK}=1 to skip this check)" for line in disk_fail]
 
-    needs: dict[str, PlaneNeeds] = {}
-    for j in jobs:
-        found = job_needs(cfg, j.rule.name, dict(j.wildcards_dict))
-        if found:
-            plane, job, what = found
-            needs.setdefault(plane, PlaneNeeds()).add(what, job)
-    env_fail, env_notes = check_environments(raw_config, envs, needs, methods, tunix_venv)
-    failures += env_fail
+    env_fail, env_notes = [], []
+    if not _skipped(SKIP_ENV_CHECK, "environment check", log):
+        needs: dict[str, PlaneNeeds] = {}
+        for j in jobs:
+            found = job_needs(cfg, j.rule.name, dict(j.wildcards_dict))
+            if found:
+                plane, job, what = found
+                needs.setdefault(plane, PlaneNeeds()).add(what, job)
+        env_fail, env_notes = check_environments(raw_config, envs, needs, methods, tunix_venv)
+    failures += [f"{line} (or {SKIP_ENV_CHECK}=1 to skip this check)" for line in env_fail]
     for note in disk_notes + env_notes:
         log(f"grpoflow: preflight: {note}")
     return failures
+
+
+def _skipped(switch: str, check: str, log) -> bool:
+    """Whether the off switch ``switch`` is set (to 1); if so, one log line says the check was skipped."""
+    if os.environ.get(switch) != "1":
+        return False
+    log(f"grpoflow: {check} skipped: {switch}=1")
+    return True

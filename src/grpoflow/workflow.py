@@ -35,12 +35,20 @@ def run_job(snakemake: Any, fn: Callable[..., Any], **kwargs: Any) -> Any:
 # library function each, with the environment check of that job first (before any heavy import).
 
 
-def _merge_check(kw: dict) -> str | None:
-    return {"verl": "merge-verl", "tunix": "merge-tunix"}.get(kw.get("backend"))
+def _merge_check(kw: dict) -> tuple[str | None, str | None]:
+    """(envcheck kind, None): the backend's MERGE_CHECK; a merge holds no accelerator to check."""
+    from grpoflow import backends
+
+    return backends.get(kw["backend"]).MERGE_CHECK, None
 
 
-def _evaluate_check(kw: dict) -> str | None:
-    return {"vllm": "eval-vllm", "tunix": "eval-tunix"}.get((kw.get("settings") or {}).get("backend"))
+def _evaluate_check(kw: dict) -> tuple[str | None, str | None]:
+    """(envcheck kind, what the GPU check calls the job or None): the evaluation backend's row."""
+    from grpoflow.backends import GPU
+    from grpoflow.evaluation.backends import evaluation_backend
+
+    row = evaluation_backend((kw.get("settings") or {}).get("backend"))
+    return row.check, f"evaluate (backend {row.name})" if row.accelerator == GPU else None
 
 
 SHELL_JOBS = {
@@ -57,15 +65,13 @@ def run_shell_job(name: str, log_file: str | None, kwargs: dict) -> Any:
     setup_logging(log_file)
     envcheck.log_interpreter()
     module, func, needs = SHELL_JOBS[name]
-    kind = needs(kwargs)
+    kind, gpu_job = needs(kwargs)
     if kind:
         guarded(envcheck.check, kind, log_file=log_file, what=f"rule {name}")
-    if kind == "eval-vllm":  # what only the GPU node can tell: driver vs CUDA, compute mode (grpoflow.gpucheck)
+    if gpu_job:  # what only the GPU node can tell: driver vs CUDA, compute mode (grpoflow.gpucheck)
         from grpoflow import gpucheck
 
-        guarded(
-            gpucheck.checked, "evaluate (backend vllm)", kwargs.get("metrics_path"), log_file=log_file, what="GPU check"
-        )
+        guarded(gpucheck.checked, gpu_job, kwargs.get("metrics_path"), log_file=log_file, what="GPU check")
     fn = getattr(importlib.import_module(module), func)
     return guarded(fn, log_file=log_file, what=f"rule {name}", **kwargs)
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 from grpoflow_testing import REPO
 
-from grpoflow import backends
+from grpoflow import backends, envcheck
 from grpoflow.backends import common
 from grpoflow.errors import GrpoflowError
 
@@ -22,9 +22,43 @@ def test_every_backend_provides_the_interface(name):
     module = backends.get(name)
     for attr in backends.INTERFACE:
         assert hasattr(module, attr), f"grpoflow.backends.{name} lacks {attr}"
-    assert callable(module.command) and callable(module.checkpoints) and callable(module.check)
+    data = ("SETTINGS", "METRICS", "MERGE_CHECK")
+    assert all(callable(getattr(module, f)) for f in backends.INTERFACE if f not in data)
+    assert module.MERGE_CHECK is None or module.MERGE_CHECK in envcheck.NEEDS
     assert module.SETTINGS and all(k.startswith("grpo.") for k in module.SETTINGS)
     assert module.METRICS and all(isinstance(v, str) for v in module.METRICS.values())
+
+
+@pytest.mark.parametrize(
+    "config, plane, accelerator, merge_check, summary",
+    [
+        ("config/config.yaml", backends.LOCAL, backends.NO_ACCELERATOR, None, None),  # TRL on the CPU (the demo)
+        ("config/qwen2.5-math-1.5b-lora-binary.yaml", backends.CLUSTER, backends.GPU, None, "with TRL on 1 GPU"),
+        ("config/qwen3-32b-gsm8k.yaml", backends.CLUSTER, backends.GPU, "merge-verl", "with verl. GPU memory"),
+        ("config/qwen3-8b-gsm8k-tunix.yaml", backends.TUNIX, backends.TPU, "merge-tunix", "with Tunix on a v5p-8"),
+    ],
+)
+def test_each_backend_answers_what_the_workflow_asks_of_a_shipped_config(
+    config, plane, accelerator, merge_check, summary
+):
+    """What rules/common.smk, grpoflow.deployment, preflight and workflow ask a backend instead of its name."""
+    from grpoflow_testing import load_shipped
+
+    from grpoflow.config import resolve_config
+
+    cfg = resolve_config(load_shipped(config))
+    name, exp = next(iter(cfg.experiments.items()))
+    backend = backends.of(exp)
+    assert (backend.plane(exp), backend.accelerator(exp), backend.MERGE_CHECK) == (plane, accelerator, merge_check)
+    line = backend.summary(name, exp)
+    assert line is None if summary is None else summary in line
+    needs = {rule: backend.environment(exp, rule) for rule in ("train_grpo", "merge_checkpoint")}
+    if plane == backends.LOCAL:
+        assert needs == {"train_grpo": None, "merge_checkpoint": None}
+    else:
+        assert all(needs.values()) and all(len(n) == 3 for rule in needs.values() for n in rule)
+    if merge_check:
+        assert needs["merge_checkpoint"] == envcheck.NEEDS[merge_check]
 
 
 def test_the_schema_backends_are_the_registry():

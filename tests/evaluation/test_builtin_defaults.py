@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from grpoflow.config import resolve_config
 from grpoflow.data.convert import answer_list_ground_truth
-from grpoflow.evaluation.settings import benchmark_settings, evaluation_settings, generation_settings
 from grpoflow.rewards import verify
 
 
@@ -30,9 +29,8 @@ def config(**evaluation):
 
 
 def max_new_tokens(cfg, bench: str) -> int:
-    """As the evaluate job resolves it (grpoflow.evaluation.run)."""
-    settings = benchmark_settings(evaluation_settings(cfg), cfg.evaluation["benchmarks"][bench])
-    return generation_settings(settings).max_new_tokens
+    """As config load resolved it for the evaluate job (WorkflowConfig.benchmark_runs)."""
+    return cfg.benchmark_runs[bench].generation.max_new_tokens
 
 
 def test_competition_benchmarks_get_the_published_token_limit():

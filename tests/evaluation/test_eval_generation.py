@@ -18,7 +18,7 @@ from grpoflow.evaluation.generation import (
     resolve_model,
     stop_token_ids,
 )
-from grpoflow.evaluation.settings import generation_settings
+from grpoflow.evaluation.settings import generation_settings, with_defaults
 
 CONVERSATIONS = [
     [{"role": "system", "content": "Answer with a number."}, {"role": "user", "content": "What is 12 + 35?"}],
@@ -80,11 +80,11 @@ def test_completion_is_cut_at_the_first_stop_token(tiny_model):
 
 def test_greedy_generation_is_deterministic_and_batch_independent(tiny_model):
     source, tok, _, ids, stops = _prepared(tiny_model)
-    gen = generation_settings({"preset": "greedy", "max_new_tokens": 12, "batch_size": 3})
+    gen = generation_settings(with_defaults({"preset": "greedy", "max_new_tokens": 12, "batch_size": 3}))
     first, info = hf_backend.generate(source, tok, ids, gen, stops, threads=1)
     again, _ = hf_backend.generate(source, tok, ids, gen, stops, threads=1)
     one_by_one, _ = hf_backend.generate(
-        source, tok, ids, generation_settings({"max_new_tokens": 12, "batch_size": 1}), stops, threads=1
+        source, tok, ids, generation_settings(with_defaults({"max_new_tokens": 12, "batch_size": 1})), stops, threads=1
     )
     assert first == again == one_by_one
     assert [len(c) for c in first] == [1, 1, 1]
@@ -96,14 +96,14 @@ def test_greedy_generation_is_deterministic_and_batch_independent(tiny_model):
 
 def test_generation_stops_at_end_of_turn(eos_model):
     source, tok, _, ids, stops = _prepared(eos_model)
-    out, _ = hf_backend.generate(source, tok, ids, generation_settings({"max_new_tokens": 8}), stops)
+    out, _ = hf_backend.generate(source, tok, ids, generation_settings(with_defaults({"max_new_tokens": 8})), stops)
     assert [c[0] for c in out] == [completion_from_ids(tok, [0], stops)] * 3
     assert out[0][0].text == "" and out[0][0].n_tokens == 0 and not out[0][0].truncated
 
 
 def test_sampling_draws_k_seeded_samples(tiny_model):
     source, tok, _, ids, stops = _prepared(tiny_model)
-    gen = generation_settings({"preset": "liberal", "samples": 4, "max_new_tokens": 10, "seed": 3})
+    gen = generation_settings(with_defaults({"preset": "liberal", "samples": 4, "max_new_tokens": 10, "seed": 3}))
     a, _ = hf_backend.generate(source, tok, ids, gen, stops)
     b, _ = hf_backend.generate(source, tok, ids, gen, stops)
     assert a == b and [len(c) for c in a] == [4, 4, 4]
@@ -115,9 +115,16 @@ def test_vllm_backend_writes_what_the_transformers_backend_writes(model_fixture,
     fake = FakeVLLM()
     monkeypatch.setitem(sys.modules, "vllm", fake)
     source, tok, _, ids, stops = _prepared(request.getfixturevalue(model_fixture))
-    gen = generation_settings({"max_new_tokens": 9, "seed": 5})
+    gen = generation_settings(with_defaults({"max_new_tokens": 9, "seed": 5}))
     via_vllm, info = vllm_backend.generate(
-        source, tok, ids, gen, stops, vllm_cfg={"tensor_parallel_size": 2, "max_model_len": 4096, "dtype": "bfloat16"}
+        source,
+        tok,
+        ids,
+        gen,
+        stops,
+        vllm_cfg=with_defaults({"vllm": {"tensor_parallel_size": 2, "max_model_len": 4096, "dtype": "bfloat16"}})[
+            "vllm"
+        ],
     )
     via_hf, _ = hf_backend.generate(source, tok, ids, gen, stops)
     assert via_vllm == via_hf
@@ -147,7 +154,7 @@ def test_vllm_backend_writes_what_the_transformers_backend_writes(model_fixture,
 
 
 def test_vllm_sampling_params_follow_the_preset():
-    gen = generation_settings({"preset": "standard", "samples": 8, "max_new_tokens": 100, "seed": 7})
+    gen = generation_settings(with_defaults({"preset": "standard", "samples": 8, "max_new_tokens": 100, "seed": 7}))
     kw = vllm_backend.sampling_kwargs(gen, [1, 2], index=3)
     assert kw == {
         "n": 8,
@@ -165,7 +172,7 @@ def test_vllm_sampling_params_follow_the_preset():
 def test_vllm_missing_is_one_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
     with pytest.raises(GrpoflowError, match="evaluation.backend is vllm but vllm is not installed"):
-        vllm_backend.generate(_source("/nonexistent"), None, [[1]], generation_settings({}), [0])
+        vllm_backend.generate(_source("/nonexistent"), None, [[1]], generation_settings(with_defaults({})), [0])
 
 
 def test_model_resolution(tmp_path, tiny_model):

@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 from grpoflow.errors import ConfigError
 from grpoflow.evaluation.generation import Completion
 from grpoflow.evaluation.metrics import aggregate, majority_correct, pass_at_k, pass_k_values, score_completion
-from grpoflow.evaluation.settings import PRESETS, benchmark_settings, chat_template_kwargs, generation_settings
+from grpoflow.evaluation.settings import (
+    PRESETS,
+    benchmark_settings,
+    chat_template_kwargs,
+    generation_settings,
+    with_defaults,
+)
 
 
 @given(st.integers(1, 12).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(1, n))))
@@ -87,36 +93,42 @@ def test_aggregate_sampled_reports_pass_at_k_and_maj_at_k():
 
 
 def test_presets_and_overrides():
-    assert generation_settings({}).greedy and generation_settings({}).top_k == -1
-    std = generation_settings({"preset": "standard", "samples": 4})
+    assert generation_settings(with_defaults({})).greedy and generation_settings(with_defaults({})).top_k == -1
+    std = generation_settings(with_defaults({"preset": "standard", "samples": 4}))
     assert (std.temperature, std.top_p, std.top_k, std.samples) == (0.7, 0.95, 50, 4) and not std.greedy
-    lib = generation_settings({"preset": "liberal", "top_k": 0, "temperature": 1.0})
+    lib = generation_settings(with_defaults({"preset": "liberal", "top_k": 0, "temperature": 1.0}))
     assert (lib.temperature, lib.top_p, lib.top_k) == (1.0, 1.0, -1)
-    assert generation_settings({"preset": "standard", "temperature": 0}).greedy
+    assert generation_settings(with_defaults({"preset": "standard", "temperature": 0})).greedy
     assert set(PRESETS) == {"greedy", "standard", "liberal", "qwen3-thinking"}
     with pytest.raises(ConfigError, match="evaluation.samples = 4 with greedy decoding gives 4 identical completions"):
-        generation_settings({"samples": 4})
+        generation_settings(with_defaults({"samples": 4}))
 
 
 def test_qwen3_thinking_preset_brings_its_token_budget_and_thinking_mode():
-    q = generation_settings({"preset": "qwen3-thinking", "samples": 8})
+    q = generation_settings(with_defaults({"preset": "qwen3-thinking", "samples": 8}))
     assert (q.temperature, q.top_p, q.top_k, q.samples, q.max_new_tokens) == (0.6, 0.95, 20, 8, 32768)
-    assert generation_settings({"preset": "qwen3-thinking", "max_new_tokens": 4096}).max_new_tokens == 4096
-    assert generation_settings({}).max_new_tokens == 1024
-    assert chat_template_kwargs({"preset": "qwen3-thinking"}) == {"enable_thinking": True}
-    assert chat_template_kwargs({"preset": "qwen3-thinking", "chat_template_kwargs": {"x": 1}}) == {"x": 1}
+    assert (
+        generation_settings(with_defaults({"preset": "qwen3-thinking", "max_new_tokens": 4096})).max_new_tokens == 4096
+    )
+    assert generation_settings(with_defaults({})).max_new_tokens == 1024
+    assert chat_template_kwargs(with_defaults({"preset": "qwen3-thinking"})) == {"enable_thinking": True}
+    assert chat_template_kwargs(with_defaults({"preset": "qwen3-thinking", "chat_template_kwargs": {"x": 1}})) == {
+        "x": 1
+    }
 
 
 def test_a_benchmark_decodes_its_own_way():
     """Greedy GSM8K and avg@16 AIME in one config: each benchmark's decoding keys win for that benchmark."""
-    evaluation = {"preset": "greedy", "max_new_tokens": 512, "chat_template_kwargs": {"enable_thinking": False}}
+    evaluation = with_defaults(
+        {"preset": "greedy", "max_new_tokens": 512, "chat_template_kwargs": {"enable_thinking": False}}
+    )
     aime = generation_settings(
         benchmark_settings(evaluation, {"preset": "standard", "temperature": 0.6, "samples": 16})
     )
     assert (aime.temperature, aime.top_p, aime.top_k, aime.samples, aime.max_new_tokens) == (0.6, 0.95, 50, 16, 512)
     assert generation_settings(benchmark_settings(evaluation, {"dataset": "gsm8k"})).greedy
     # A benchmark with another preset does not inherit the evaluation-wide sampling overrides.
-    sampled = {"preset": "standard", "temperature": 1.0}
+    sampled = with_defaults({"preset": "standard", "temperature": 1.0})
     assert generation_settings(benchmark_settings(sampled, {"preset": "liberal"})).temperature == 0.85
     assert benchmark_settings(evaluation, {"chat_template_kwargs": {}})["chat_template_kwargs"] == {
         "enable_thinking": False

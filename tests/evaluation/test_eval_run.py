@@ -11,21 +11,11 @@ from evalkit import FakeVLLM, eos_model, tiny_model, verl_rows, write_jsonl, wri
 
 from grpoflow.errors import DataError
 from grpoflow.evaluation.run import evaluate
+from grpoflow.evaluation.settings import with_defaults
 
 REPO = Path(__file__).resolve().parents[2]
-SETTINGS = {
-    "backend": "transformers",
-    "preset": "greedy",
-    "samples": 1,
-    "max_new_tokens": 6,
-    "batch_size": 4,
-    "seed": 0,
-    "temperature": None,
-    "top_p": None,
-    "top_k": None,
-    "chat_template_kwargs": {},
-    "answer_format": {"style": "boxed"},
-}
+# Evaluation-wide settings as config load fills them (grpoflow.evaluation.settings.with_defaults: the schema's).
+SETTINGS = with_defaults({"max_new_tokens": 6, "batch_size": 4})
 GSM8K_FILE = {"path": "bench.jsonl", "prompt_key": "question", "answer_key": "answer", "format": "gsm8k", "limit": None}
 
 
@@ -193,7 +183,7 @@ def test_vllm_backend_writes_the_same_records(tmp_path, tiny_model, monkeypatch)
         tiny_model,
         GSM8K_FILE,
         data,
-        settings={**SETTINGS, "backend": "vllm", "vllm": {"tensor_parallel_size": 1}},
+        settings=with_defaults({**SETTINGS, "backend": "vllm", "vllm": {"tensor_parallel_size": 1}}),
     )
     assert vl_samples == hf_samples
     assert vl["metrics"] == hf["metrics"] and vl["generation"]["backend"] == "vllm"

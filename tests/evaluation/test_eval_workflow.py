@@ -22,7 +22,9 @@ from evalkit import tiny_model  # noqa: F401 (fixture)
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "hub"))
 from fakehub import FakeHub  # noqa: E402
-from grpoflow_testing import LOCAL_PROFILE, SHORT_CONFIG, copy_workdir, make_workdir, snakemake  # noqa: E402
+from grpoflow_testing import LOCAL_PROFILE, SHORT_CONFIG, copy_workdir, load_yaml, make_workdir, snakemake  # noqa: E402
+
+from grpoflow.config import resolve_config  # noqa: E402
 
 
 def job_counts(stdout: str) -> dict[str, int]:
@@ -114,6 +116,13 @@ def test_evaluate_and_report_without_training(tmp_path, tiny_model):
         json.loads(line) for line in (wd / "results/tiny-base/eval/gsm8k6.samples.jsonl").read_text().splitlines()
     ]
     assert metrics["n_problems"] == len(samples) == 6 and metrics["generation"]["max_new_tokens"] == 8
+    # Each job generated and scored with what config load resolved for its benchmark (WorkflowConfig.benchmark_runs).
+    for bench, run in resolve_config(load_yaml(cfg)).benchmark_runs.items():
+        recorded = json.loads((wd / f"results/tiny-base/eval/{bench}.json").read_text())
+        gen = recorded["generation"]
+        assert {k: gen[k] for k in run.generation.as_dict()} == run.generation.as_dict()
+        assert (gen["backend"], gen["chat_template_kwargs"]) == (run.backend, run.chat_template_kwargs)
+        assert recorded["answer_format"] == run.answer_format
     with open(wd / "results/report/summary.csv") as fh:
         row = next(csv.DictReader(fh))
     assert row["model"] == "tiny-base" and row["kind"] == "external"

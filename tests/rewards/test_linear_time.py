@@ -21,10 +21,13 @@ from grpoflow.rewards import (
     _linear_re,
     _mv_worker,
     adversarial,
+    boxes,
     extract,
     funcs,
     numbers,
     reset_caches,
+    shapes,
+    statement,
     verifier,
     verify,
 )
@@ -64,7 +67,7 @@ def test_wrapper_keeps_python_semantics_for_classes_and_offsets():
 
 def _patterns() -> list[tuple[str, object]]:
     found = []
-    for module in (numbers, extract, verifier, funcs, _mv_worker):
+    for module in (numbers, boxes, statement, extract, shapes, verifier, funcs, _mv_worker):
         for name, value in vars(module).items():
             if isinstance(value, (_linear_re.LinearPattern, re.Pattern)):
                 found.append((f"{module.__name__.rsplit('.', 1)[1]}.{name}", value))

@@ -25,6 +25,25 @@ grpoflow:
 ``check(name, exp, cfg=None)``
     The backend's config cross-check, run at config load (every ``snakemake`` call): registered with
     ``@grpoflow.config.register_backend_check(<name>)`` and found through this registry. Light: no trainer import.
+``plane(exp) -> str``
+    The plane (``CLUSTER``, ``LOCAL``, ``TUNIX`` below) whose interpreter runs the experiment's ``train_grpo``
+    and ``merge_checkpoint`` jobs (grpoflow.deployment).
+``accelerator(exp) -> str``
+    What its ``train_grpo`` job holds: ``GPU``, ``TPU`` (the job takes the workflow's ``tpu`` resource, so no two
+    TPU jobs run at once) or ``NO_ACCELERATOR``.
+``environment(exp, rule) -> list[(module, package, why)] | None``
+    What a job of ``rule`` (``train_grpo``, ``merge_checkpoint``) imports in its plane's interpreter, found
+    there at Snakemake's start (grpoflow.preflight, with grpoflow.envcheck's tables); None: nothing to check (a
+    local-plane job, or the check switched off for the experiment).
+``MERGE_CHECK: str | None``
+    The grpoflow.envcheck kind a ``merge_checkpoint`` job checks first, in its own interpreter (grpoflow.workflow).
+``summary(name, exp) -> str | None``
+    The line ``snakemake -n`` prints for the experiment on stderr (``rules/common.smk``): its memory estimate and
+    launch; None prints nothing.
+``checkpoint_size(exp, arch, rank) -> (bytes, how)``, ``merged_size(exp, arch, rank) -> (bytes, how)``
+    The disk a checkpoint as the backend saves it and the merged model take (grpoflow.preflight's disk check), from
+    the start model's architecture (``grpoflow.backends.memory.Architecture``) and the LoRA rank (0: full
+    fine-tune); ``how`` names the dtype and what is counted.
 
 Importing a backend package must stay light (no torch, TRL, verl, Ray or JAX): the Snakefile imports it on
 every dry-run, and only the chosen backends are imported (``get``). The trainer itself is imported by the
@@ -43,7 +62,28 @@ BACKENDS = {
     "tunix": "grpoflow.backends.tunix",
 }
 
-INTERFACE = ("command", "SETTINGS", "checkpoints", "METRICS", "check")
+INTERFACE = (
+    "command",
+    "SETTINGS",
+    "checkpoints",
+    "METRICS",
+    "check",
+    "plane",
+    "accelerator",
+    "environment",
+    "MERGE_CHECK",
+    "summary",
+    "checkpoint_size",
+    "merged_size",
+)
+
+# The words ``plane`` and ``accelerator`` answer in (grpoflow.deployment re-exports the planes). Defined here, not in
+# grpoflow.deployment, so a backend names them without importing the module that asks it.
+CLUSTER, LOCAL, TUNIX = "cluster", "local", "tunix"
+GPU, TPU, NO_ACCELERATOR = "gpu", "tpu", "none"
+# How the Qwen3 presets' weights are published on the Hub (their config.json torch_dtype: bfloat16): the size of a
+# Hub download, and the dtype a merge saves in when it keeps the start's.
+HUB_WEIGHT_BYTES = 2
 
 
 def get(name: str) -> ModuleType:
@@ -53,6 +93,11 @@ def get(name: str) -> ModuleType:
     except KeyError:
         raise KeyError(f"unknown backend {name!r}: one of {', '.join(sorted(BACKENDS))}") from None
     return importlib.import_module(module)
+
+
+def of(exp: dict) -> ModuleType:
+    """The backend package of a resolved experiment."""
+    return get(exp["backend"])
 
 
 def training_command(cfg, experiment: str, inputs: dict, outputs: dict) -> str:

@@ -76,13 +76,15 @@ class ValidationProbe:
 
     def __init__(self, parquet: str, tokenizer, max_new_tokens: int, batch_size: int):
         from grpoflow.evaluation.generation import encode_prompts, render_prompts
-        from grpoflow.evaluation.settings import generation_settings
+        from grpoflow.evaluation.settings import generation_settings, with_defaults
 
         rows = read_rl_rows(parquet, "the demo SFT's validation data (demo.sft.target_accuracy.split)")
         self.tokenizer = tokenizer
         self.prompt_ids = encode_prompts(tokenizer, render_prompts(tokenizer, [r["prompt"] for r in rows]))
         self.truths = [r["reward_model"]["ground_truth"] for r in rows]
-        self.gen = generation_settings({"preset": "greedy", "max_new_tokens": max_new_tokens, "batch_size": batch_size})
+        self.gen = generation_settings(
+            with_defaults({"preset": "greedy", "max_new_tokens": max_new_tokens, "batch_size": batch_size})
+        )
 
     def accuracy(self, checkpoint: Path) -> float:
         from grpoflow.evaluation import hf_backend

@@ -43,22 +43,22 @@ def load_benchmark(name: str, spec: dict, path: str) -> list[Problem]:
         problems = _from_dataset(rows, where, path, spec.get("prompt"), spec.get("breakdown") or [])
     else:
         problems = _from_file(rows, where, path, spec, spec.get("prompt"))
-    if spec.get("limit"):
+    if spec["limit"]:
         problems = problems[: spec["limit"]]
     return problems
 
 
 def benchmark_source(name: str, spec: dict, path: str) -> dict:
     """What the metrics JSON records about where the problems came from."""
-    src = {"name": name, "path": path, "sha256": sha256_file(path), "limit": spec.get("limit")}
+    src = {"name": name, "path": path, "sha256": sha256_file(path), "limit": spec["limit"]}
     if "dataset" in spec:
-        src.update(kind="dataset", dataset=spec["dataset"], split=spec.get("split", "test"))
+        src.update(kind="dataset", dataset=spec["dataset"], split=spec["split"])
     else:
         src.update(
             kind="file",
-            prompt_key=spec.get("prompt_key", "prompt"),
-            answer_key=spec.get("answer_key", "answer"),
-            format=spec.get("format", "plain"),
+            prompt_key=spec["prompt_key"],
+            answer_key=spec["answer_key"],
+            format=spec["format"],
         )
     return src
 
@@ -113,7 +113,7 @@ def _original(extra: dict) -> dict:
 
 def _from_file(rows: list[dict], where: str, path: str, spec: dict, prompt: dict | None) -> list[Problem]:
     label = f"{where} file {path}"
-    pkey, akey, fmt = spec.get("prompt_key", "prompt"), spec.get("answer_key", "answer"), spec.get("format", "plain")
+    pkey, akey, fmt = spec["prompt_key"], spec["answer_key"], spec["format"]
     require_columns(rows, {pkey: f"{where}.prompt_key", akey: f"{where}.answer_key"}, label)
     extract = GROUND_TRUTH[fmt]
     prompt = prompt or DEFAULT_PROMPT

@@ -26,7 +26,8 @@ backend must write them whole: one record per completion, every problem with the
 
 Generation backends
 -------------------
-``BACKENDS`` maps ``evaluation.backend`` to a module imported only when chosen. A backend module provides::
+grpoflow.evaluation.backends' table maps ``evaluation.backend`` to a module imported only when chosen. A backend
+module provides::
 
     generate(source: ModelSource, tokenizer, prompt_ids: list[list[int]], gen: Generation,
              stop_ids: list[int], *, threads: int | None = None, vllm_cfg: dict | None = None, **_)
@@ -50,22 +51,27 @@ from __future__ import annotations
 import importlib
 import logging
 import time
+from dataclasses import dataclass
 
 from grpoflow.errors import DataError
-from grpoflow.evaluation.benchmarks import benchmark_data_path, benchmark_source, load_benchmark
-from grpoflow.evaluation.generation import encode_prompts, load_tokenizer, render_prompts, resolve_model, stop_token_ids
+from grpoflow.evaluation.backends import evaluation_backend
+from grpoflow.evaluation.benchmarks import Problem, benchmark_data_path, benchmark_source, load_benchmark
+from grpoflow.evaluation.generation import (
+    Completion,
+    ModelSource,
+    encode_prompts,
+    load_tokenizer,
+    render_prompts,
+    resolve_model,
+    stop_token_ids,
+)
 from grpoflow.evaluation.metrics import aggregate, score_completion
-from grpoflow.evaluation.settings import benchmark_settings, chat_template_kwargs, generation_settings
+from grpoflow.evaluation.settings import BenchmarkRun, Generation, resolve_benchmark
 from grpoflow.io import atomic_write_json, atomic_write_jsonl
 from grpoflow.provenance import provenance
 
 log = logging.getLogger(__name__)
 
-BACKENDS = {
-    "transformers": "grpoflow.evaluation.hf_backend",
-    "vllm": "grpoflow.evaluation.vllm_backend",
-    "tunix": "grpoflow.evaluation.tunix_backend",
-}
 # Above this fraction of completions cut at max_new_tokens, the job (and the report) warns.
 TRUNCATION_WARNING = 0.05
 
@@ -83,10 +89,9 @@ def evaluate(
     threads: int | None = None,
 ) -> dict:
     """Evaluate ``model`` (an entry of the resolved config's ``models``) on ``benchmark``; write both files.
-    ``settings``: the evaluation-wide settings; the benchmark's own decoding keys win over them."""
-    settings = benchmark_settings(settings, benchmark)
-    gen = generation_settings(settings)
-    backend_name = settings.get("backend", "transformers")
+    ``settings``: the evaluation-wide settings; the benchmark's own decoding keys win over them, resolved by the
+    same ``resolve_benchmark`` that config load ran on these values (``WorkflowConfig.benchmark_runs``)."""
+    run = resolve_benchmark(settings, benchmark_name, benchmark)
     source = resolve_model(model_name, model, inputs)
     data_path = benchmark_data_path(benchmark_name, benchmark, inputs)
     problems = load_benchmark(benchmark_name, benchmark, data_path)
@@ -98,25 +103,68 @@ def evaluate(
         source.path,
         benchmark_name,
         len(problems),
-        _describe(gen),
-        backend_name,
+        _describe(run.generation),
+        run.backend,
     )
+    generated = _generate(source, problems, run, threads)
+    records, summary = _score(problems, generated, run.answer_format)
+    result = {
+        "model": model_name,
+        "benchmark": benchmark_name,
+        **summary,
+        "model_source": source.as_dict(),
+        "benchmark_source": benchmark_source(benchmark_name, benchmark, data_path),
+        "prompt": prompt,
+        "answer_format": run.answer_format,
+        "generation": {
+            "backend": run.backend,
+            **run.generation.as_dict(),
+            "chat_template_kwargs": run.chat_template_kwargs,
+            "stop_token_ids": generated.stops,
+            **generated.info,
+        },
+        "timing": _timing(generated, len(problems), records),
+        "provenance": provenance({"model": model, "benchmark": benchmark, "prompt": prompt, "settings": run.settings}),
+    }
+    atomic_write_jsonl(samples_path, records)
+    atomic_write_json(metrics_path, result)
+    _log_result(model_name, benchmark_name, result, run.generation)
+    return result
 
+
+@dataclass
+class _Generated:
+    """What generation produced: the rendered prompts, each prompt's completions, the stop ids, the backend's
+    info (without ``generate_s``) and the seconds spent loading + generating and generating alone."""
+
+    texts: list[str]
+    completions: list[list[Completion]]
+    stops: list[int]
+    info: dict
+    total_s: float
+    generate_s: float
+
+
+def _generate(source: ModelSource, problems: list[Problem], run: BenchmarkRun, threads: int | None) -> _Generated:
+    """Render and tokenize the prompts with the model's chat template, then generate with the run's backend."""
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(source)
-    template_kwargs = chat_template_kwargs(settings)
-    texts = render_prompts(tokenizer, [p.messages for p in problems], template_kwargs)
+    texts = render_prompts(tokenizer, [p.messages for p in problems], run.chat_template_kwargs)
     prompt_ids = encode_prompts(tokenizer, texts)
     stops = stop_token_ids(tokenizer, source)
-    backend = importlib.import_module(BACKENDS[backend_name])
+    backend = importlib.import_module(evaluation_backend(run.backend).module)
     completions, info = backend.generate(
-        source, tokenizer, prompt_ids, gen, stops, threads=threads, vllm_cfg=settings.get("vllm")
+        source, tokenizer, prompt_ids, run.generation, stops, threads=threads, vllm_cfg=run.vllm
     )
     total_s = time.perf_counter() - t0
+    gen_s = info.pop("generate_s")
+    return _Generated(texts, completions, stops, info, total_s, gen_s)
 
-    answer_format = {**(settings.get("answer_format") or {}), **(benchmark.get("answer_format") or {})}
+
+def _score(problems: list[Problem], generated: _Generated, answer_format: dict) -> tuple[list[dict], dict]:
+    """Score every completion: (the samples file's records, in benchmark order; the aggregated metrics)."""
     scored, records = [], []
-    for problem, text, outs in zip(problems, texts, completions):
+    for problem, text, outs in zip(problems, generated.texts, generated.completions):
         per = []
         for k, c in enumerate(outs):
             s = {
@@ -125,59 +173,48 @@ def evaluate(
                 "truncated": c.truncated,
             }
             per.append(s)
-            records.append(
-                {
-                    "index": problem.index,
-                    "id": problem.id,
-                    "sample": k,
-                    "prompt": text,
-                    "ground_truth": problem.ground_truth,
-                    "response": c.text,
-                    "response_tokens": c.n_tokens,
-                    "finish_reason": c.finish_reason,
-                    "truncated": c.truncated,
-                    "extracted": s["extracted"],
-                    "found": s["found"],
-                    "source": s["source"],
-                    "correct": s["correct"],
-                    "partial": s["partial"],
-                    "format_ok": s["format_ok"],
-                    "reason": s["reason"],
-                    **({"meta": problem.meta} if problem.meta else {}),
-                }
-            )
+            records.append(_record(problem, k, text, c, s))
         scored.append(per)
-    summary = aggregate(scored)
+    return records, aggregate(scored)
 
-    gen_s = info.pop("generate_s")
-    n_tokens = sum(r["response_tokens"] for r in records)
-    result = {
-        "model": model_name,
-        "benchmark": benchmark_name,
-        **summary,
-        "model_source": source.as_dict(),
-        "benchmark_source": benchmark_source(benchmark_name, benchmark, data_path),
+
+def _record(problem: Problem, sample: int, prompt: str, c: Completion, s: dict) -> dict:
+    """One line of the samples file (module docstring)."""
+    return {
+        "index": problem.index,
+        "id": problem.id,
+        "sample": sample,
         "prompt": prompt,
-        "answer_format": answer_format,
-        "generation": {
-            "backend": backend_name,
-            **gen.as_dict(),
-            "chat_template_kwargs": template_kwargs,
-            "stop_token_ids": stops,
-            **info,
-        },
-        "timing": {
-            "load_and_generate_s": round(total_s, 3),
-            "generate_s": round(gen_s, 3),
-            "problems_per_s": round(len(problems) / gen_s, 3) if gen_s > 0 else None,
-            "completions_per_s": round(len(records) / gen_s, 3) if gen_s > 0 else None,
-            "tokens_per_s": round(n_tokens / gen_s, 1) if gen_s > 0 else None,
-        },
-        "provenance": provenance({"model": model, "benchmark": benchmark, "prompt": prompt, "settings": settings}),
+        "ground_truth": problem.ground_truth,
+        "response": c.text,
+        "response_tokens": c.n_tokens,
+        "finish_reason": c.finish_reason,
+        "truncated": c.truncated,
+        "extracted": s["extracted"],
+        "found": s["found"],
+        "source": s["source"],
+        "correct": s["correct"],
+        "partial": s["partial"],
+        "format_ok": s["format_ok"],
+        "reason": s["reason"],
+        **({"meta": problem.meta} if problem.meta else {}),
     }
-    atomic_write_jsonl(samples_path, records)
-    atomic_write_json(metrics_path, result)
-    m = summary["metrics"]
+
+
+def _timing(generated: _Generated, n_problems: int, records: list[dict]) -> dict:
+    gen_s = generated.generate_s
+    n_tokens = sum(r["response_tokens"] for r in records)
+    return {
+        "load_and_generate_s": round(generated.total_s, 3),
+        "generate_s": round(gen_s, 3),
+        "problems_per_s": round(n_problems / gen_s, 3) if gen_s > 0 else None,
+        "completions_per_s": round(len(records) / gen_s, 3) if gen_s > 0 else None,
+        "tokens_per_s": round(n_tokens / gen_s, 1) if gen_s > 0 else None,
+    }
+
+
+def _log_result(model_name: str, benchmark_name: str, result: dict, gen: Generation) -> None:
+    m = result["metrics"]
     if m["truncation_rate"] > TRUNCATION_WARNING:
         log.warning(
             "%s on %s: %.1f%% of completions hit max_new_tokens (%d): accuracy measures the token limit too; raise max_new_tokens",
@@ -199,10 +236,9 @@ def evaluate(
         m["mean_response_tokens"],
         result["timing"]["problems_per_s"] or 0.0,
     )
-    return result
 
 
-def _describe(gen) -> str:
+def _describe(gen: Generation) -> str:
     if gen.greedy:
         return f"greedy, max_new_tokens {gen.max_new_tokens}"
     return f"{gen.preset} sampling (T {gen.temperature}, top_p {gen.top_p}, top_k {gen.top_k}), k={gen.samples}, max_new_tokens {gen.max_new_tokens}"

@@ -1,8 +1,15 @@
-"""Which config values an evaluation depends on (so changing only these reruns evaluate + report), and the
-generation settings they resolve to (presets, overrides, checks)."""
+"""Which config values an evaluation depends on (so changing only these reruns evaluate + report), and what they
+resolve to for each benchmark (presets, overrides, checks): ``resolve_benchmark``, called once per benchmark
+when the config loads (``WorkflowConfig.benchmark_runs``) and by the evaluate job on the same values.
+
+Defaults live in the config schema (``$defs/evaluation``), which config load fills in: the functions here read
+the keys it fills and have no default of their own. Settings written by hand (the demo's SFT probe, tests) get
+the schema's defaults from ``with_defaults``.
+"""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -28,11 +35,28 @@ PRESETS: dict[str, dict] = {
 PRESET_DEFAULTS: dict[str, dict] = {
     "qwen3-thinking": {"max_new_tokens": 32768, "chat_template_kwargs": {"enable_thinking": True}},
 }
+# The token limit when neither the config (evaluation.max_new_tokens: null) nor the preset sets one.
 DEFAULT_MAX_NEW_TOKENS = 1024
 
 
 def evaluation_settings(cfg: WorkflowConfig) -> dict:
-    return {k: v for k, v in sorted(cfg.evaluation.items()) if k not in _STRUCTURAL}
+    return settings_of(cfg.evaluation)
+
+
+def settings_of(evaluation: dict) -> dict:
+    """The evaluation-wide settings of an ``evaluation`` section: all but its structural keys, sorted."""
+    return {k: v for k, v in sorted(evaluation.items()) if k not in _STRUCTURAL}
+
+
+def with_defaults(settings: dict) -> dict:
+    """``settings`` (keys of the ``evaluation`` section) with the schema's defaults filled in, as config load
+    fills them, and checked against the schema: for settings written outside a config (the demo's SFT probe,
+    tests)."""
+    from grpoflow.schema import validate
+
+    filled = copy.deepcopy(settings)
+    validate(filled, {"$ref": "#/$defs/evaluation"}, fill_defaults=True, where="evaluation")
+    return settings_of(filled)
 
 
 def benchmark_prompt(cfg: WorkflowConfig, benchmark: str) -> dict | None:
@@ -66,6 +90,39 @@ class Generation:
         return {**asdict(self), "greedy": self.greedy}
 
 
+@dataclass(frozen=True)
+class BenchmarkRun:
+    """How one benchmark is evaluated, resolved from the config: what the evaluate job generates and scores with."""
+
+    benchmark: str
+    settings: dict  # the evaluation-wide settings with the benchmark's decoding keys over them (provenance hashes it)
+    generation: Generation
+    backend: str
+    chat_template_kwargs: dict
+    answer_format: dict  # evaluation.answer_format with the benchmark's own over it
+    vllm: dict
+
+
+def resolve_benchmark(settings: dict, name: str, benchmark: dict) -> BenchmarkRun:
+    """Benchmark ``name`` (its config entry ``benchmark``) under the evaluation-wide ``settings`` (an ``evaluation``
+    section, schema defaults filled; structural keys are ignored). Raises a one-line ``ConfigError`` naming the
+    benchmark's key when its decoding is contradictory."""
+    merged = benchmark_settings(settings_of(settings), benchmark)
+    try:
+        gen = generation_settings(merged)
+    except ConfigError as err:
+        raise ConfigError(str(err).replace("evaluation.", f"evaluation.benchmarks.{name}.", 1)) from None
+    return BenchmarkRun(
+        benchmark=name,
+        settings=merged,
+        generation=gen,
+        backend=merged["backend"],
+        chat_template_kwargs=chat_template_kwargs(merged),
+        answer_format={**merged["answer_format"], **(benchmark.get("answer_format") or {})},
+        vllm=dict(merged["vllm"]),
+    )
+
+
 def benchmark_settings(settings: dict, benchmark: dict) -> dict:
     """The evaluation settings for one benchmark: its own decoding keys over the evaluation-wide ones. A
     benchmark that names another preset starts from that preset (the evaluation-wide temperature/top_p/top_k
@@ -74,7 +131,7 @@ def benchmark_settings(settings: dict, benchmark: dict) -> dict:
 
     own = {k: benchmark[k] for k in DECODING_KEYS if benchmark.get(k) not in (None, {})}
     out = dict(settings)
-    if "preset" in own and own["preset"] != settings.get("preset", "greedy"):
+    if "preset" in own and own["preset"] != settings["preset"]:
         for key in ("temperature", "top_p", "top_k"):
             out.pop(key, None)
     out.update(own)
@@ -83,17 +140,18 @@ def benchmark_settings(settings: dict, benchmark: dict) -> dict:
 
 def chat_template_kwargs(settings: dict) -> dict:
     """``chat_template_kwargs`` of the settings, else the preset's (Qwen3 thinking: enable_thinking)."""
-    given = settings.get("chat_template_kwargs")
+    given = settings["chat_template_kwargs"]
     if given:
         return dict(given)
-    return dict(PRESET_DEFAULTS.get(settings.get("preset", "greedy"), {}).get("chat_template_kwargs", {}))
+    return dict(PRESET_DEFAULTS.get(settings["preset"], {}).get("chat_template_kwargs", {}))
 
 
 def generation_settings(settings: dict) -> Generation:
     """Preset values overridden by any explicit ``temperature``/``top_p``/``top_k``; checks the combination."""
-    preset = settings.get("preset", "greedy")
+    preset = settings["preset"]
     values = dict(PRESETS[preset])
     for key in ("temperature", "top_p", "top_k"):
+        # null (the schema's default) or absent (dropped for a benchmark's own preset): the preset's value
         if settings.get(key) is not None:
             values[key] = settings[key]
     top_k = int(values["top_k"])
@@ -102,14 +160,14 @@ def generation_settings(settings: dict) -> Generation:
         temperature=float(values["temperature"]),
         top_p=float(values["top_p"]),
         top_k=-1 if top_k <= 0 else top_k,
-        samples=int(settings.get("samples", 1)),
+        samples=int(settings["samples"]),
         max_new_tokens=int(
-            settings.get("max_new_tokens")
+            settings["max_new_tokens"]
             or PRESET_DEFAULTS.get(preset, {}).get("max_new_tokens")
             or DEFAULT_MAX_NEW_TOKENS
         ),
-        seed=int(settings.get("seed", 0)),
-        batch_size=int(settings.get("batch_size", 32)),
+        seed=int(settings["seed"]),
+        batch_size=int(settings["batch_size"]),
     )
     check_generation(gen)
     return gen
@@ -124,20 +182,17 @@ def check_generation(gen: Generation) -> None:
         )
 
 
-def check_evaluation_config(evaluation: dict) -> None:
-    """Cross checks of the resolved `evaluation` section that the schema cannot express (config load time)."""
+def check_evaluation_config(evaluation: dict) -> dict[str, BenchmarkRun]:
+    """Cross checks of the resolved `evaluation` section that the schema cannot express (config load time), and
+    each benchmark's resolved run, by name."""
     generation_settings(evaluation)
-    if evaluation.get("backend") == "vllm":
+    if evaluation["backend"] == "vllm":
         # vLLM starts one worker per tensor-parallel rank, each on its own GPU: more ranks than the job's GPUs fail at
         # engine start (after the queue wait); fewer leave GPUs idle.
-        tp = (evaluation.get("vllm") or {}).get("tensor_parallel_size", 1)
-        gpus = (evaluation.get("resources") or {}).get("gpus", 1)
+        tp = evaluation["vllm"]["tensor_parallel_size"]
+        gpus = evaluation["resources"]["gpus"]
         if tp != gpus:
             raise ConfigError(
                 f"config error: evaluation.vllm.tensor_parallel_size = {tp} but evaluation.resources.gpus = {gpus}: vLLM runs one rank per GPU; make them equal"
             )
-    for name, bench in evaluation.get("benchmarks", {}).items():
-        try:
-            generation_settings(benchmark_settings(evaluation, bench))
-        except ConfigError as err:
-            raise ConfigError(str(err).replace("evaluation.", f"evaluation.benchmarks.{name}.", 1)) from None
+    return {name: resolve_benchmark(evaluation, name, bench) for name, bench in evaluation["benchmarks"].items()}

@@ -85,18 +85,12 @@ def generate(
 ) -> tuple[list[list[Completion]], dict]:
     """``gen.samples`` completions for each prompt (token ids), in prompt order, and what was run."""
     import jax
-    import numpy as np
     import tunix
-    from tunix.generate import sampler as sampler_lib
 
     from grpoflow.backends.tunix import qwen3
     from grpoflow.backends.tunix.device import require_declared_tpu
 
     require_declared_tpu(f"evaluate ({source.name})")  # before the model is loaded
-
-    class IdsSampler(sampler_lib.Sampler):
-        def tokenize(self, input_string):  # the prompts are token ids already
-            return np.asarray(input_string, dtype=np.int32)
 
     platform = jax.devices()[0].platform
     dtype = "bfloat16" if platform == "tpu" else "float32"
@@ -106,62 +100,10 @@ def generate(
     pad = pick_pad_id(tokenizer, prompt_ids, stop_ids)
     warn_beyond_positions(prompt_ids, gen.max_new_tokens, cfg.get("max_position_embeddings"))
     longest = max(len(p) for p in prompt_ids)
-    per_call = gen.batch_size
-    rows = -(-per_call * gen.samples // fsdp) * fsdp  # whole shards: the batch splits over fsdp
-    t_load = time.perf_counter()
     with mesh:
-        model = qwen3.load(source.path, mesh, dtype, dtype)
-        sampler = IdsSampler(
-            model,
-            _Tokens(tokenizer, pad, stop_ids),
-            sampler_lib.CacheConfig(
-                cache_size=longest + gen.max_new_tokens,
-                num_layers=cfg["num_hidden_layers"],
-                num_kv_heads=cfg["num_key_value_heads"],
-                head_dim=cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"],
-            ),
-        )
-        log.info(
-            "loaded %s on %d %s device(s) (mesh fsdp %d × tp %d, %s) in %.1f s",
-            source.path,
-            jax.device_count(),
-            platform,
-            fsdp,
-            tp,
-            dtype,
-            time.perf_counter() - t_load,
-        )
-        results: list[list[Completion]] = []
+        sampler = _load_sampler(source, tokenizer, cfg, mesh, dtype, pad, stop_ids, longest + gen.max_new_tokens)
         t0 = time.perf_counter()
-        starts = range(0, len(prompt_ids), per_call)
-        for b, start in enumerate(starts):
-            batch = prompt_ids[start : start + per_call]
-            inputs = [ids for ids in batch for _ in range(gen.samples)]
-            inputs += [inputs[-1]] * (rows - len(inputs))  # fixed shapes: one compilation
-            sampling = (
-                {}
-                if gen.greedy
-                else {
-                    "temperature": gen.temperature,
-                    "top_p": gen.top_p,
-                    # top-k at or above the vocabulary filters nothing (Tunix's jax.lax.top_k refuses k > vocab)
-                    "top_k": None if gen.top_k < 0 or gen.top_k >= cfg["vocab_size"] else gen.top_k,
-                    "seed": gen.seed + b,
-                }
-            )
-            out = sampler(
-                inputs,
-                max_generation_steps=gen.max_new_tokens,
-                max_prompt_length=longest,
-                echo=False,
-                eos_tokens=list(stop_ids),
-                **sampling,
-            )
-            for j in range(len(batch)):
-                results.append(
-                    [_completion(tokenizer, out.tokens[j * gen.samples + k], stop_ids, gen) for k in range(gen.samples)]
-                )
-            log.info("%s", batch_line(b + 1, start + len(batch), len(prompt_ids), time.perf_counter() - t0))
+        results = _sample_all(sampler, tokenizer, prompt_ids, gen, stop_ids, cfg["vocab_size"], fsdp, longest)
         elapsed = time.perf_counter() - t0
     info = {
         "device": platform,
@@ -175,6 +117,85 @@ def generate(
         "generate_s": elapsed,
     }
     return results, info
+
+
+def _load_sampler(source: ModelSource, tokenizer, cfg: dict, mesh, dtype: str, pad: int, stop_ids, cache_size: int):
+    """The model loaded onto ``mesh`` and Tunix's sampler over it, with a KV cache of ``cache_size`` positions
+    (inside the mesh context)."""
+    import jax
+    import numpy as np
+    from tunix.generate import sampler as sampler_lib
+
+    from grpoflow.backends.tunix import qwen3
+
+    class IdsSampler(sampler_lib.Sampler):
+        def tokenize(self, input_string):  # the prompts are token ids already
+            return np.asarray(input_string, dtype=np.int32)
+
+    t_load = time.perf_counter()
+    model = qwen3.load(source.path, mesh, dtype, dtype)
+    sampler = IdsSampler(
+        model,
+        _Tokens(tokenizer, pad, stop_ids),
+        sampler_lib.CacheConfig(
+            cache_size=cache_size,
+            num_layers=cfg["num_hidden_layers"],
+            num_kv_heads=cfg["num_key_value_heads"],
+            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"],
+        ),
+    )
+    log.info(
+        "loaded %s on %d %s device(s) (mesh fsdp %d × tp %d, %s) in %.1f s",
+        source.path,
+        jax.device_count(),
+        jax.devices()[0].platform,
+        mesh.shape["fsdp"],
+        mesh.shape["tp"],
+        dtype,
+        time.perf_counter() - t_load,
+    )
+    return sampler
+
+
+def _sample_all(
+    sampler, tokenizer, prompt_ids: list[list[int]], gen: Generation, stop_ids, vocab: int, fsdp: int, longest: int
+) -> list[list[Completion]]:
+    """Every prompt's completions, batch by batch, each batch padded to the same rows (one compilation)."""
+    per_call = gen.batch_size
+    rows = -(-per_call * gen.samples // fsdp) * fsdp  # whole shards: the batch splits over fsdp
+    results: list[list[Completion]] = []
+    t0 = time.perf_counter()
+    for b, start in enumerate(range(0, len(prompt_ids), per_call)):
+        batch = prompt_ids[start : start + per_call]
+        inputs = [ids for ids in batch for _ in range(gen.samples)]
+        inputs += [inputs[-1]] * (rows - len(inputs))  # fixed shapes: one compilation
+        out = sampler(
+            inputs,
+            max_generation_steps=gen.max_new_tokens,
+            max_prompt_length=longest,
+            echo=False,
+            eos_tokens=list(stop_ids),
+            **_sampling(gen, vocab, b),
+        )
+        for j in range(len(batch)):
+            results.append(
+                [_completion(tokenizer, out.tokens[j * gen.samples + k], stop_ids, gen) for k in range(gen.samples)]
+            )
+        log.info("%s", batch_line(b + 1, start + len(batch), len(prompt_ids), time.perf_counter() - t0))
+    return results
+
+
+def _sampling(gen: Generation, vocab: int, batch: int) -> dict:
+    """The sampler's decoding arguments for batch ``batch``: none for greedy (its argmax mode)."""
+    if gen.greedy:
+        return {}
+    return {
+        "temperature": gen.temperature,
+        "top_p": gen.top_p,
+        # top-k at or above the vocabulary filters nothing (Tunix's jax.lax.top_k refuses k > vocab)
+        "top_k": None if gen.top_k < 0 or gen.top_k >= vocab else gen.top_k,
+        "seed": gen.seed + batch,
+    }
 
 
 def _completion(tokenizer, tokens, stop_ids: list[int], gen: Generation) -> Completion:

@@ -34,12 +34,12 @@ def engine_kwargs(source: ModelSource, gen: Generation, vllm_cfg: dict) -> dict:
         "model": source.path,
         "tokenizer": source.path,
         "trust_remote_code": source.trust_remote_code,
-        "tensor_parallel_size": vllm_cfg.get("tensor_parallel_size", 1),
-        "gpu_memory_utilization": vllm_cfg.get("gpu_memory_utilization", 0.9),
-        "dtype": vllm_cfg.get("dtype", "auto"),
+        "tensor_parallel_size": vllm_cfg["tensor_parallel_size"],
+        "gpu_memory_utilization": vllm_cfg["gpu_memory_utilization"],
+        "dtype": vllm_cfg["dtype"],
         "seed": gen.seed,
     }
-    if vllm_cfg.get("max_model_len"):
+    if vllm_cfg["max_model_len"]:
         kwargs["max_model_len"] = vllm_cfg["max_model_len"]
     return kwargs
 
@@ -77,7 +77,6 @@ def generate(
     **_,
 ) -> tuple[list[list[Completion]], dict]:
     vllm = _import_vllm()
-    vllm_cfg = vllm_cfg or {}
     llm = vllm.LLM(**engine_kwargs(source, gen, vllm_cfg))
     params = [vllm.SamplingParams(**sampling_kwargs(gen, stop_ids, i)) for i in range(len(prompt_ids))]
     t0 = time.perf_counter()
@@ -89,7 +88,7 @@ def generate(
     ]
     info = {
         "device": "cuda",
-        "dtype": vllm_cfg.get("dtype", "auto"),
+        "dtype": vllm_cfg["dtype"],
         "vllm": {k: v for k, v in engine_kwargs(source, gen, vllm_cfg).items() if k not in ("model", "tokenizer")},
         "vllm_version": getattr(vllm, "__version__", None),
         "generate_s": elapsed,

@@ -72,9 +72,21 @@ def write_plots(
     import matplotlib.pyplot as plt
 
     analyses, evals = analyses or {}, evals or {}
-    written = []
     cmap = plt.get_cmap("tab10" if len(training) <= 10 else "tab20")
     colors = {e: cmap(i % cmap.N) for i, e in enumerate(training)}
+    written = _training_plots(plt, plots_dir, training, colors)
+    if _reward_components(plt, plots_dir, training, colors):
+        written.append("training_reward_components")
+    if _eval_accuracy(plt, plots_dir, rows, benchmarks, analyses):
+        written.append("eval_accuracy")
+    if _accuracy_vs_tokens(plt, plots_dir, rows, benchmarks, evals):
+        written.append("accuracy_vs_tokens")
+    return written
+
+
+def _training_plots(plt, plots_dir: Path, training: dict[str, list[dict]], colors: dict) -> list[str]:
+    """One plot per ``TRAINING_PLOTS`` metric any experiment logged, an experiment per line; the names written."""
+    written = []
     for key, name, label in TRAINING_PLOTS:
         fig, ax = plt.subplots(figsize=(7, 4))
         if _line_plot(ax, training, key, colors):
@@ -84,73 +96,80 @@ def write_plots(
             _save(fig, plots_dir, name)
             written.append(name)
         plt.close(fig)
-
-    components = sorted({k for rows_ in training.values() for r in rows_ for k in r if k.startswith("reward/")})
-    if components:
-        cols = min(3, len(components))
-        nrows = math.ceil(len(components) / cols)
-        fig, axes = plt.subplots(nrows, cols, figsize=(4.5 * cols, 3.2 * nrows), squeeze=False)
-        for ax, comp in zip(axes.flat, components):
-            _line_plot(ax, training, comp, colors)
-            ax.set(title=comp.removeprefix("reward/"), xlabel="step")
-            ax.grid(alpha=0.3)
-        for ax in list(axes.flat)[len(components) :]:
-            ax.axis("off")
-        handles, labels = axes.flat[0].get_legend_handles_labels()
-        fig.legend(
-            handles,
-            labels,
-            loc="lower center",
-            ncol=min(4, len(labels)),
-            fontsize=8,
-            bbox_to_anchor=(0.5, -0.02 - 0.03 * math.ceil(len(labels) / 4)),
-        )
-        fig.suptitle("reward components (mean per step, before weights)")
-        fig.tight_layout()
-        _save(fig, plots_dir, "training_reward_components")
-        written.append("training_reward_components")
-        plt.close(fig)
-
-    if rows:
-        models = [r["model"] for r in rows]
-        fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(models) * len(benchmarks) + 2), 4))
-        width = 0.8 / max(1, len(benchmarks))
-        for j, b in enumerate(benchmarks):
-            acc = [100 * (r.get(f"{b}.accuracy") or 0.0) for r in rows]
-            intervals = analyses[b].intervals if b in analyses else {}
-            err = [
-                [
-                    100 * max(0.0, (r.get(f"{b}.accuracy") or 0.0) - intervals[r["model"]][0])
-                    if r["model"] in intervals
-                    else 0.0
-                    for r in rows
-                ],
-                [
-                    100 * max(0.0, intervals[r["model"]][1] - (r.get(f"{b}.accuracy") or 0.0))
-                    if r["model"] in intervals
-                    else 0.0
-                    for r in rows
-                ],
-            ]
-            pos = [i + (j - (len(benchmarks) - 1) / 2) * width for i in range(len(models))]
-            ax.bar(pos, acc, width, yerr=err, capsize=2, label=b)
-        ax.set_xticks(
-            range(len(models)),
-            [f"{r['model']}\n({KIND_LABEL.get(r['kind'], r['kind'])})" for r in rows],
-            rotation=30,
-            ha="right",
-            fontsize=8,
-        )
-        ax.set(ylabel="accuracy (%)", title="evaluation accuracy (ranked by the primary benchmark; bars: 95% CI)")
-        ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
-        _save(fig, plots_dir, "eval_accuracy")
-        written.append("eval_accuracy")
-        plt.close(fig)
-
-    if _accuracy_vs_tokens(plt, plots_dir, rows, benchmarks, evals):
-        written.append("accuracy_vs_tokens")
     return written
+
+
+def _reward_components(plt, plots_dir: Path, training: dict[str, list[dict]], colors: dict) -> bool:
+    """A panel per reward component (``reward/*``) over the steps; False when no experiment logged any."""
+    components = sorted({k for rows_ in training.values() for r in rows_ for k in r if k.startswith("reward/")})
+    if not components:
+        return False
+    cols = min(3, len(components))
+    nrows = math.ceil(len(components) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.5 * cols, 3.2 * nrows), squeeze=False)
+    for ax, comp in zip(axes.flat, components):
+        _line_plot(ax, training, comp, colors)
+        ax.set(title=comp.removeprefix("reward/"), xlabel="step")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(components) :]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(
+        handles,
+        labels,
+        loc="lower center",
+        ncol=min(4, len(labels)),
+        fontsize=8,
+        bbox_to_anchor=(0.5, -0.02 - 0.03 * math.ceil(len(labels) / 4)),
+    )
+    fig.suptitle("reward components (mean per step, before weights)")
+    fig.tight_layout()
+    _save(fig, plots_dir, "training_reward_components")
+    plt.close(fig)
+    return True
+
+
+def _eval_accuracy(
+    plt, plots_dir: Path, rows: list[dict], benchmarks: list[str], analyses: dict[str, BenchmarkAnalysis]
+) -> bool:
+    """Accuracy bars per model and benchmark with their 95% intervals; False when nothing was evaluated."""
+    if not rows:
+        return False
+    models = [r["model"] for r in rows]
+    fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(models) * len(benchmarks) + 2), 4))
+    width = 0.8 / max(1, len(benchmarks))
+    for j, b in enumerate(benchmarks):
+        acc = [100 * (r.get(f"{b}.accuracy") or 0.0) for r in rows]
+        intervals = analyses[b].intervals if b in analyses else {}
+        err = [
+            [
+                100 * max(0.0, (r.get(f"{b}.accuracy") or 0.0) - intervals[r["model"]][0])
+                if r["model"] in intervals
+                else 0.0
+                for r in rows
+            ],
+            [
+                100 * max(0.0, intervals[r["model"]][1] - (r.get(f"{b}.accuracy") or 0.0))
+                if r["model"] in intervals
+                else 0.0
+                for r in rows
+            ],
+        ]
+        pos = [i + (j - (len(benchmarks) - 1) / 2) * width for i in range(len(models))]
+        ax.bar(pos, acc, width, yerr=err, capsize=2, label=b)
+    ax.set_xticks(
+        range(len(models)),
+        [f"{r['model']}\n({KIND_LABEL.get(r['kind'], r['kind'])})" for r in rows],
+        rotation=30,
+        ha="right",
+        fontsize=8,
+    )
+    ax.set(ylabel="accuracy (%)", title="evaluation accuracy (ranked by the primary benchmark; bars: 95% CI)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, plots_dir, "eval_accuracy")
+    plt.close(fig)
+    return True
 
 
 def _accuracy_vs_tokens(plt, plots_dir: Path, rows: list[dict], benchmarks: list[str], evals: dict) -> bool:

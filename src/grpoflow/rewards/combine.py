@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from grpoflow.rewards.funcs import Sample
-from grpoflow.rewards.registry import RewardSpec, check_reward_config, registry, resolve_params
+from grpoflow.rewards.registry import ResolvedRewards, RewardSpec, check_reward_config, registry, resolve_reward_set
 from grpoflow.rewards.verifier import verify_many
 
 __all__ = ["RewardSet", "Scores", "znorm", "groups_of", "contiguous_groups", "needs_group_terms"]
@@ -22,9 +22,9 @@ __all__ = ["RewardSet", "Scores", "znorm", "groups_of", "contiguous_groups", "ne
 def needs_group_terms(rewards_cfg: dict, where: str = "rewards") -> bool:
     """True when the config has group-level terms: a reward that needs a whole prompt group (``length``) or
     ``normalize: per_prompt``. Validates the config."""
-    check_reward_config(rewards_cfg, where)
+    rewards_cfg = check_reward_config(rewards_cfg, where)
     reg = registry()
-    return rewards_cfg.get("normalize", "none") == "per_prompt" or any(reg[f].group for f in rewards_cfg["funcs"])
+    return rewards_cfg["normalize"] == "per_prompt" or any(reg[f].group for f in rewards_cfg["funcs"])
 
 
 def znorm(values: Sequence[float], eps: float) -> list[float]:
@@ -62,14 +62,18 @@ class Scores:
 
 
 class RewardSet:
-    """The rewards of one experiment, resolved from its ``rewards`` config section (validated on construction)."""
+    """The rewards of one experiment, resolved from its ``rewards`` config section (validated on construction) by
+    ``resolve_reward_set``, the resolution config load keeps (``WorkflowConfig.reward_sets``)."""
 
     def __init__(self, rewards_cfg: dict, *, max_response_length: int | None = None, where: str = "rewards"):
-        self.params = resolve_params(rewards_cfg, max_response_length=max_response_length, where=where)
-        self.funcs: list[str] = list(rewards_cfg["funcs"])
-        self.weights: list[float] = [float(w) for w in (rewards_cfg.get("weights") or [1.0] * len(self.funcs))]
-        self.normalize: str = rewards_cfg.get("normalize", "none")
-        self.eps: float = float(rewards_cfg.get("eps", 1e-6))
+        resolved: ResolvedRewards = resolve_reward_set(
+            rewards_cfg, max_response_length=max_response_length, where=where
+        )
+        self.params = resolved.params
+        self.funcs: list[str] = list(resolved.funcs)
+        self.weights: list[float] = list(resolved.weights)
+        self.normalize: str = resolved.normalize
+        self.eps: float = resolved.eps
         reg = registry()
         self.specs: list[RewardSpec] = [reg[n] for n in self.funcs]
 

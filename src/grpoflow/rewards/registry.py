@@ -20,6 +20,8 @@ __all__ = [
     "registry",
     "check_reward_config",
     "resolve_params",
+    "resolve_reward_set",
+    "ResolvedRewards",
     "number",
     "integer",
     "nullable",
@@ -104,14 +106,19 @@ def registry() -> dict[str, RewardSpec]:
     return REGISTRY
 
 
-def check_reward_config(rewards_cfg: dict, where: str = "rewards") -> None:
+def check_reward_config(rewards_cfg: dict, where: str = "rewards") -> dict:
     """Validate a ``rewards`` section (names, weights, parameters); raise a one-line ``ConfigError``. The section's
     shape and every parameter value are checked against the config schema (``$defs/rewards`` and each
-    parameter's ``Param.schema``); what depends on the registry's names is checked here."""
-    from grpoflow.schema import check_schema
+    parameter's ``Param.schema``); what depends on the registry's names is checked here. Returns a copy with the
+    schema's defaults filled in (``normalize``, ``eps``, ...: the schema is their one place)."""
+    import copy
+
+    from grpoflow.schema import check_schema, validate
 
     reg = registry()
     check_schema(rewards_cfg, {"$ref": "#/$defs/rewards"}, where=where)
+    rewards_cfg = copy.deepcopy(rewards_cfg)
+    validate(rewards_cfg, {"$ref": "#/$defs/rewards"}, fill_defaults=True, where=where)
     funcs = rewards_cfg["funcs"]
     for name in funcs:
         if name not in reg:
@@ -150,6 +157,7 @@ def check_reward_config(rewards_cfg: dict, where: str = "rewards") -> None:
         msg = cross(merged) if cross else None
         if msg:
             raise ConfigError(f"config error: {where}.params.{rname}: {msg}")
+    return rewards_cfg
 
 
 # Checks between the parameters of one reward (registered next to the reward in funcs.py).
@@ -169,7 +177,7 @@ def resolve_params(
 ) -> dict[str, dict]:
     """Every configured reward's parameters with defaults filled (and ``None`` lengths set from the run's
     ``max_response_length``). Validates first."""
-    check_reward_config(rewards_cfg, where)
+    rewards_cfg = check_reward_config(rewards_cfg, where)
     reg = registry()
     out: dict[str, dict] = {}
     for name in rewards_cfg["funcs"]:
@@ -188,3 +196,34 @@ def resolve_params(
             raise ConfigError(f"config error: {where}.params.{name}: {msg}")
         out[name] = values
     return out
+
+
+@dataclass(frozen=True)
+class ResolvedRewards:
+    """An experiment's reward set as training computes it: R = Σ w_k r_k over ``funcs`` (``params[f]`` each, defaults
+    filled, null lengths set from the run's ``max_response_length``), then ``normalize`` with ``eps``."""
+
+    funcs: tuple[str, ...]
+    weights: tuple[float, ...]
+    normalize: str
+    eps: float
+    params: dict[str, dict]
+
+
+def resolve_reward_set(
+    rewards_cfg: dict, *, max_response_length: int | None = None, where: str = "rewards"
+) -> ResolvedRewards:
+    """A ``rewards`` section resolved: validated, schema defaults filled, weights all 1.0 unless given, parameters
+    resolved (``resolve_params``). What config load keeps per experiment (``WorkflowConfig.reward_sets``) and what
+    ``RewardSet`` is built from in the training job."""
+    filled = check_reward_config(rewards_cfg, where)
+    params = resolve_params(filled, max_response_length=max_response_length, where=where)
+    funcs = tuple(filled["funcs"])
+    weights = filled["weights"] if filled["weights"] is not None else [1.0] * len(funcs)
+    return ResolvedRewards(
+        funcs=funcs,
+        weights=tuple(float(w) for w in weights),
+        normalize=filled["normalize"],
+        eps=float(filled["eps"]),
+        params=params,
+    )

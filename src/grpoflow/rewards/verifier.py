@@ -3,7 +3,7 @@
 ``verify(completion, ground_truth) -> Verdict`` reads the final answer (``extract.extract_answer``) and decides
 whether it equals the ground truth (convention §3):
 
-1. code, hedges and lists-against-a-single-value are settled by their shape;
+1. code, hedges and lists-against-a-single-value are settled by their shape (read in ``shapes``);
 2. multiple-choice letters and numbers written in a base (``1011_2``) are compared as strings;
 3. plain numbers — GSM8K answers and most MATH/AIME ones — are compared exactly as rationals (``numbers``), no
    sympy: the fast path;
@@ -17,7 +17,6 @@ in ``stats()`` — a reward that stays at 0 because of a broken verifier shows u
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 from collections import Counter
@@ -31,7 +30,27 @@ from cachetools import LRUCache
 from grpoflow.rewards import _linear_re as lre
 from grpoflow.rewards import extract as _extract
 from grpoflow.rewards._sandbox import default_pool
-from grpoflow.rewards.numbers import MINUS_SIGNS, Number, numbers_equal, parse_number, words_to_number
+from grpoflow.rewards.numbers import numbers_equal, parse_number
+from grpoflow.rewards.shapes import (
+    BASE_RE,
+    HEDGE_WORD_RE,
+    INEQUALITY_RE,
+    PATHOLOGICAL_RE,
+    GoldShape,
+    choice_letter,
+    clean_gold,
+    clear_caches,
+    equation,
+    for_math_verify,
+    gold_shape,
+    labelled,
+    latex_key,
+    number_format,
+    plain_number,
+    plainly_not_a_number,
+    split_list,
+    unicode_math_to_latex,
+)
 from grpoflow.rewards.tag_format import tag_format_match, tag_format_text
 
 __all__ = [
@@ -100,8 +119,7 @@ def reset_caches() -> None:
     with _gold_lock:
         _bad_golds.clear()
         _checked_golds.clear()
-    _clean_gold.cache_clear()
-    _gold.cache_clear()
+    clear_caches()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -174,272 +192,12 @@ def _report(kind: str, detail: str, gold: str, pred: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Ground-truth and answer shapes
+# Bounds on one call's work (the shapes of answers and ground truths are read in ``shapes``)
 
-_CHOICE_RE = lre.compile(
-    r"^\s*(?:\\text(?:bf|rm)?\s*\{\s*|\\mathrm\s*\{\s*|\\textbf\s*\{\s*)?\(?\s*([A-E])\s*\)?\s*\}?\s*(?:[.:)]|\\[ ,;]|\s|$)"
-)
-_GOLD_CHOICE_RE = lre.compile(
-    r"^\s*(?:\\text(?:bf|rm)?\s*\{\s*|\\mathrm\s*\{\s*)?\(?\s*([A-E])\s*\)?\s*\}?\s*$"
-    # a choice with its option's text, as datasets store it: "(D) Alina", "C Cecile"
-    r"|^\s*\(([A-E])\)\s*[^\n]+$|^\s*([A-E])\s+[A-Z][a-z]+(?:\s+[A-Z][a-z]+)*\s*$"
-)
-_BASE_RE = lre.compile(r"^\s*(?:\\text\s*\{)?([0-9A-Za-z]+)\}?\s*_\s*\{?\s*(\d{1,2})\s*\}?\s*$")
-_HEDGE_WORD_RE = lre.compile(
-    r"\\text\s*\{\s*or\s*\}|(?:^|[^a-z])or(?:[^a-z]|$)|\\lor\b|\\vee\b|\bmaybe\b|\beither\b", lre.I
-)
-_LIST_SPLIT_RE = lre.compile(
-    r"\s*(?:[,;]\s*(?:\band\b|\\text\s*\{\s*and\s*\})?|\\text\s*\{\s*,?\s*and\s*\}|\band\b)\s*"
-)
-_THOUSANDS_RE = lre.compile(r"^\s*[-+]?\\?\$?\d{1,3}(?:,\d{3})+(?:\.\d+)?\s*$")
-# Inputs that would make sympy compute for minutes or exhaust memory: towers of exponents, factorials of large
-# numbers, numbers with hundreds of digits. Checked on the answer only (a ground truth may legitimately be big).
-_PATHOLOGICAL_RE = lre.compile(
-    r"\^\s*\{[^{}]*\^\s*\{[^{}]*\^"  # a^{b^{c^d}}
-    r"|\^\s*\{?\s*\d{4,}"  # 2^{12345}
-    r"|(?:\d{4,}|[})])\s*!"  # 100000!, (n)!
-    r"|\\(?:prod|sum)\b.{0,40}\\infty"
-    r"|\d{300,}"
-)
 MAX_ANSWER_CHARS = 1000
 # Reading a completion is linear in its length (RE2 and single scans); this cap turns "linear" into a bound on
 # one call's in-process work. 1,000,000 characters is ~250k tokens, beyond any configured response length.
 MAX_COMPLETION_CHARS = 1_000_000
-
-
-# Unicode math symbols models write inside boxes, as the LaTeX math-verify and the exact-number path read.
-_UNICODE_LATEX = {
-    "∞": "\\infty ",
-    "π": "\\pi ",
-    "×": "\\times ",
-    "·": "\\cdot ",
-    "⋅": "\\cdot ",
-    "÷": "\\div ",
-    "≤": "\\le ",
-    "≥": "\\ge ",
-    "≠": "\\neq ",
-    "±": "\\pm ",
-    "∪": "\\cup ",
-    "∩": "\\cap ",
-    "²": "^{2}",
-    "³": "^{3}",
-    **{m: "-" for m in MINUS_SIGNS},
-}
-
-
-def unicode_math_to_latex(text: str) -> str:
-    """``√2`` → ``\\sqrt{2}``, ``2√3`` → ``2\\sqrt{3}``, ``√(x+1)`` → ``\\sqrt{x+1}``, ``−∞`` → ``-\\infty``,
-    ``3π`` → ``3\\pi``, ``×``/``·``/``≤``/``²``… → their LaTeX (one linear scan; ASCII text is returned as is).
-    A root applies to the number, letter, LaTeX command, ``{…}`` or ``(…)`` right after it."""
-    if text.isascii():
-        return text
-    out: list[str] = []
-    parens: list[bool] = []  # one entry per open "(": True when it opened a root's argument
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "(":
-            parens.append(False)
-            out.append(c)
-        elif c == ")" and parens:
-            out.append("}" if parens.pop() else ")")
-        elif c != "√":
-            out.append(_UNICODE_LATEX.get(c, c))
-        else:
-            j = i + 1
-            while j < n and text[j] == " ":
-                j += 1
-            if j < n and text[j] in "({":
-                if text[j] == "(":
-                    parens.append(True)
-                out.append("\\sqrt{")
-                i = j + 1
-                continue
-            k = j
-            if k < n and text[k] == "\\":
-                k += 1
-                while k < n and text[k].isalpha():
-                    k += 1
-            else:
-                while k < n and (text[k].isdecimal() or text[k] == "."):
-                    k += 1
-                if k == j and k < n and text[k].isalpha():
-                    k += 1
-            arg = text[j:k]
-            out.append("\\sqrt{" + _UNICODE_LATEX.get(arg, arg) + "}" if k > j else "\\sqrt")
-            i = k
-            continue
-        i += 1
-    return "".join(out)
-
-
-@functools.lru_cache(maxsize=65536)
-def _clean_gold(gold: str) -> str:
-    g = unicode_math_to_latex(str(gold).strip())
-    g = _extract.strip_end_tokens(g).strip()
-    if g.endswith("\\") and not g.endswith("\\\\"):
-        # A stray trailing backslash (185 and then one backslash): an artifact of how the key was cut out.
-        g = g[:-1].rstrip()
-    if g.startswith("$") and g.endswith("$") and len(g) > 1:
-        g = g.strip("$").strip()
-    boxed = _extract.find_boxes(g)
-    if len(boxed) == 1 and boxed[0].end >= 0 and not g[: boxed[0].start].strip() and not g[boxed[0].end :].strip():
-        g = _extract.unwrap_boxes(boxed[0].content)
-    elif any(b.end >= 0 for b in boxed):
-        # A worked solution as the ground truth (MATH's own form): its answer is its last box (run), rule a.
-        g = _extract.extract_boxed_answer(g) or g
-    return _number_format(g)
-
-
-# MATH writes large numbers as 10,\!000 and 11,\! 111,\! 100 (a comma, then a negative thin space): one number.
-_MATH_THOUSANDS_RE = lre.compile(r"(?:,|\{,\})\\!\s*(\d{3})")
-
-
-def _number_format(text: str) -> str:
-    """MATH's thousands separators ``,\\!`` (with or without a space after it) and ``{,}`` written as ``,``."""
-    if "\\!" not in text:
-        return text
-    return _MATH_THOUSANDS_RE.sub(
-        lambda m: "," + m.group(1) if m.start() and text[m.start() - 1].isdecimal() else m.group(0), text
-    )
-
-
-def _thousands_group_at(t: str, i: int) -> bool:
-    """``t[i]`` is a comma followed by exactly three digits (",680" in "1,680")."""
-    group = t[i + 1 : i + 4]
-    return len(group) == 3 and group.isdecimal() and not t[i + 4 : i + 5].isdecimal()
-
-
-def _ends_in_short_number(text: str) -> bool:
-    """``text`` ends in 1-3 digits that are not part of a longer number or a decimal ("x, 1" but not "0.1")."""
-    k = len(text) - len(text.rstrip("0123456789"))
-    return 1 <= k <= 3 and (k == len(text) or not (text[-k - 1].isdecimal() or text[-k - 1] == "."))
-
-
-def _split_list(text: str) -> list[str] | None:
-    """Top-level comma/"and" separated items of an unbracketed list ("-3, 2"), or None for a single value.
-
-    A bracketed tuple/interval/set ("(3, -2)", "[1, 2)") is one value: order and brackets matter there."""
-    t = text.strip().strip("$").strip()
-    if not t or _THOUSANDS_RE.match(t):
-        return None
-    if t[0] in "([{" or t.startswith(("\\{", "\\left", "\\langle", "\\begin")):
-        # One bracketed object unless brackets close before the end (then it is a list of several objects).
-        depth = 0
-        for i, ch in enumerate(t):
-            if ch in "([{":
-                depth += 1
-            elif ch in ")]}":
-                depth -= 1
-                if depth == 0 and i < len(t) - 1:
-                    break
-        else:
-            return None
-    items, depth, start = [], 0, 0
-    i = 0
-    while i < len(t):
-        ch = t[i]
-        if ch == "\\":  # a command or escape (\{, \,, \text): never a list separator itself
-            depth += {"{": 1, "}": -1}.get(t[i + 1 : i + 2], 0)
-            if t.startswith("\\text", i):
-                m = _LIST_SPLIT_RE.match(t, i)
-                if depth == 0 and m and m.end() > i:
-                    items.append(t[start:i])
-                    start = i = m.end()
-                    continue
-            i += 2
-            continue
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif depth == 0 and (ch in ",;" or ch.isspace()):
-            m = _LIST_SPLIT_RE.match(t, i)
-            if m and m.end() > i:
-                if ch == "," and _thousands_group_at(t, i) and _ends_in_short_number(t[start:i]):
-                    i += 1  # a thousands separator inside a number of the list
-                    continue
-                items.append(t[start:i])
-                start = m.end()
-                i = m.end()
-                continue
-        i += 1
-    items.append(t[start:])
-    items = [x.strip() for x in items if x.strip()]
-    return items if len(items) > 1 else None
-
-
-_INEQUALITY_RE = lre.compile(r"[<>]|\\[lg]eq?\b|\\neq")
-_THREE_LETTERS_RE = lre.compile(r"[a-z]{3}", lre.I)
-_DIGIT_OR_COMMAND_RE = lre.compile(r"\d|\\")
-
-
-_SUBSCRIPT_RE = lre.compile(r"_\s*(?:\{[^{}]*\}|\w)")
-_OPERATOR_RE = lre.compile(r"[-+*/^=<>]|\\(?:cdot|times|div|pm|mp)\b")
-_COMMAND_RE = lre.compile(r"\\[A-Za-z]+")
-_ASCII_LETTER_RE = lre.compile(r"[A-Za-z]")
-
-
-def _is_label(side: str) -> bool:
-    """A name that an answer's value is given for: ``x``, ``a_{37}``, ``f(x)``, ``|AB|``, ``A:B``, ``(p, q)``,
-    ``\\frac{NO}{BO}`` — no arithmetic on unknowns (``2x``, ``a + 3z``, ``x^2`` are not names)."""
-    t = _SUBSCRIPT_RE.sub("", side.strip())
-    if not t or t[0].isdecimal() or _OPERATOR_RE.search(t):
-        return False
-    return bool(_ASCII_LETTER_RE.search(_COMMAND_RE.sub("", t)))
-
-
-def _letter_free(side: str) -> bool:
-    """Arithmetic on numbers only (``48 + 24``, ``\\frac{1}{2} \\cdot 4``): no unknown in it."""
-    return not _ASCII_LETTER_RE.search(_COMMAND_RE.sub("", _TEXT_WRAP_RE.sub("", side)))
-
-
-_TEXT_WRAP_RE = lre.compile(r"\\(?:text|mathrm|textbf|mbox)\s*\{[^{}]*\}")
-
-
-def _equation(text: str) -> tuple[str, str | None] | None:
-    """``text`` as an equation: (label or "", value) for a value given for a name or computed ("x = 5" → ("x",
-    "5"), "2 = x" → ("x", "2"), "48 + 24 = 72" → ("", "72"), "x = 5 + 5 + 1 = 11" → ("x", "11")); (text, None)
-    for a relation between unknowns ("x + y = 5", "2x = 4"), which only an equal relation matches; None when
-    ``text`` is no single equation (no "=", an inequality, a list)."""
-    if "=" not in text or _INEQUALITY_RE.search(text) or _split_list(text):
-        return None
-    parts = [p.strip().strip("$").strip() for p in _extract.split_equals(text)]
-    if len(parts) < 2 or not all(parts):
-        return None
-    first, last = parts[0], parts[-1]
-    if len(parts) == 2 and _is_label(last) and _letter_free(first):
-        return _latex_key(last), first
-    if _is_label(first):
-        return _latex_key(first), last
-    if _letter_free(first):
-        return "", last
-    return text, None
-
-
-def _number(text: str) -> Number | None:
-    """The answer as a plain number: the text itself, the value of an assignment or arithmetic chain ("x = 5",
-    "2 = x", "48 + 24 = 72"; never a side of a relation such as "2x + z = 1"), or number words ("seventy-two")."""
-    n = parse_number(text)
-    if n is not None:
-        return n
-    eq = _equation(text) if "=" in text else None
-    if eq is not None and eq[1] is not None:
-        n = parse_number(eq[1])
-        if n is not None:
-            return n
-    if "\\" in text:  # number words in a text command: "\\text{forty-two}"
-        text = _TEXT_CONTENT_RE.sub(lambda m: m.group(1), text)
-    if _THREE_LETTERS_RE.search(text) and not _DIGIT_OR_COMMAND_RE.search(text):
-        value = words_to_number(text)
-        if value is not None:
-            return Number(Fraction(value))
-    return None
-
-
-def _choice(text: str) -> str | None:
-    m = _CHOICE_RE.match(text)
-    return m.group(1) if m else None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -455,8 +213,8 @@ def answers_equal(answer: str, ground_truth: str) -> tuple[bool, str, str | None
     """(equal, method, reason-if-not-equal) for an extracted answer and a ground truth (convention §3)."""
     answer = answer.strip()
     key = (
-        _number_format(unicode_math_to_latex(answer)) if len(answer) <= MAX_ANSWER_CHARS else answer,
-        _clean_gold(ground_truth),
+        number_format(unicode_math_to_latex(answer)) if len(answer) <= MAX_ANSWER_CHARS else answer,
+        clean_gold(ground_truth),
     )
     with _equal_lock:
         hit = _equal_cache.get(key)
@@ -483,7 +241,7 @@ def _answers_equal(answer: str, gold: str) -> tuple[bool, str, str | None]:
         _count("errors")
         return False, "math_verify", f"error: ground truth cannot be evaluated ({bad})"
     _count("math_verify")
-    outcome = default_pool().compare(gold, _for_math_verify(answer))
+    outcome = default_pool().compare(gold, for_math_verify(answer))
     if outcome.status != "ok":
         problem = _bad_gold_problem(gold, outcome)
         if problem is not None:
@@ -499,89 +257,39 @@ _PLAIN_DECIMAL_RE = lre.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")  #
 _UPPER_TEXT_CMD_RE = lre.compile(r"^\\TEXT\s*\{(.*)\}$")  # \text{1011} after .upper()
 
 
-@dataclass(frozen=True)
-class _Gold:
-    """What the local decisions need to know about a (cleaned) ground truth, worked out once per distinct value."""
-
-    hedge: bool  # the ground truth itself offers alternatives ("1 or 2")
-    choice: str | None  # its multiple-choice letter
-    base: tuple[str, str] | None  # (digits, base) of a number written in a base
-    items: tuple[str, ...] | None  # the items of an unbracketed list
-    item_numbers: tuple[Number | None, ...] | None
-    number: Number | None
-    key: str  # _latex_key
-    pathological: bool
-    equation: tuple[str, str | None] | None  # _equation: (label, value), (relation, None) or None
-    labels: tuple[tuple[str, str], ...] | None  # the (label, value) of each item of a list of assignments
-
-
-@functools.lru_cache(maxsize=65536)
-def _gold(gold: str) -> _Gold:
-    number = _number(gold)
-    m = _GOLD_CHOICE_RE.match(gold)
-    b = _BASE_RE.match(gold)
-    items = _split_list(gold)
-    return _Gold(
-        hedge=bool(_HEDGE_WORD_RE.search(gold)),
-        choice=next((c for c in m.groups() if c), None) if m else None,
-        base=(b.group(1).upper(), b.group(2)) if b and not number else None,
-        items=tuple(items) if items else None,
-        item_numbers=tuple(_number(x) for x in items) if items else None,
-        number=number,
-        key=_latex_key(gold),
-        pathological=bool(_PATHOLOGICAL_RE.search(gold)),
-        equation=_equation(gold),
-        labels=_labelled(items),
-    )
-
-
-def _labelled(items) -> tuple[tuple[str, str], ...] | None:
-    """The (label, value) of every item of a list when each assigns a value to a distinct name
-    ("a_3 = 2, a_{37} = 19"), else None."""
-    if not items:
-        return None
-    out = []
-    for item in items:
-        eq = _equation(item)
-        if eq is None or eq[1] is None or not eq[0]:
-            return None
-        out.append((eq[0], eq[1]))
-    return tuple(out) if len({label for label, _ in out}) == len(out) else None
-
-
 def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None], str | None] | None:
     """Everything decided without sympy — ((equal, method, reason), counter to bump) — or None for math-verify."""
     if not gold:
         return (False, "shape", "error: empty ground truth"), None
     if len(answer) > MAX_ANSWER_CHARS:
         return (False, "shape", f"answer longer than {MAX_ANSWER_CHARS} characters"), "guarded"
-    g = _gold(gold)
+    g = gold_shape(gold)
     # A plain decimal ("72", "1,680.5") is never code, a hedge, a choice letter or a list: skip those checks.
     plain = _PLAIN_DECIMAL_RE.fullmatch(answer) is not None
     if not plain:
         if _extract.looks_like_code(answer):
             return (False, "shape", "code is not an answer"), None
-        if not g.hedge and _HEDGE_WORD_RE.search(answer):
+        if not g.hedge and HEDGE_WORD_RE.search(answer):
             return (False, "shape", "hedge (the answer offers alternatives)"), None
         # Multiple choice: the letter in any wrapper.
         if g.choice is not None:
-            letter = _choice(answer)
+            letter = choice_letter(answer)
             if letter is not None:
                 return ((True, "choice", None) if letter == g.choice else (False, "choice", "wrong choice")), None
     # A number written in a base: the digits as written ("1011" for 1011_2), not its decimal value.
     if g.base is not None:
         digits, base = g.base
-        mm = _BASE_RE.match(answer)
+        mm = BASE_RE.match(answer)
         pred = mm.group(1).upper() if mm and mm.group(2) == base else answer.strip().strip("$").upper()
         pred = _UPPER_TEXT_CMD_RE.sub(r"\1", pred).strip()
         return (
             (True, "base", None) if pred.lstrip("0") == digits.lstrip("0") else (False, "base", "wrong answer")
         ), None
     # Lists ("all solutions") against single values and lists of plain numbers: settled without sympy.
-    a_items, g_items = (None if plain else _split_list(answer)), g.items
+    a_items, g_items = (None if plain else split_list(answer)), g.items
     # Labelled values ("a_3 = 2, a_{37} = 19") compare label by label when both sides name them.
     if a_items and g.labels:
-        a_labels = _labelled(a_items)
+        a_labels = labelled(a_items)
         if a_labels is not None:
             return _compare_labelled(a_labels, g.labels), None
     # A decimal comma ("2,74", "1000,99") against a single number: the comma is no list separator there.
@@ -601,11 +309,11 @@ def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None
             a_items = None  # "5 and 5" states one value twice
         else:
             return (False, "list", "hedge (several answers for one value)"), None
-    an = _number(answer) if not a_items else None
+    an = plain_number(answer) if not a_items else None
     if g_items and not a_items and an is not None and all(g.item_numbers):  # type: ignore[arg-type]
         return (False, "list", "wrong answer (one value for a list)"), "fast_path"
     if a_items and g_items:
-        a_nums, g_nums = [_number(x) for x in a_items], g.item_numbers
+        a_nums, g_nums = [plain_number(x) for x in a_items], g.item_numbers
         if all(a_nums) and all(g_nums):  # type: ignore[arg-type]
             same = sorted(n.value for n in a_nums) == sorted(n.value for n in g_nums)  # type: ignore[union-attr]
             return ((True, "list", None) if same else (False, "list", "wrong answer")), "fast_path"
@@ -613,12 +321,12 @@ def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None
     gn = g.number
     if gn is not None and an is not None:
         return ((True, "number", None) if numbers_equal(an, gn) else (False, "number", "wrong answer")), "fast_path"
-    if gn is not None and an is None and _plainly_not_a_number(answer):
+    if gn is not None and an is None and plainly_not_a_number(answer):
         return (False, "number", "wrong answer (not a number)"), "fast_path"
     # The same LaTeX up to spacing and delimiters is the same answer.
-    if _latex_key(answer) == g.key:
+    if latex_key(answer) == g.key:
         return (True, "string", None), "fast_path"
-    if not g.pathological and _PATHOLOGICAL_RE.search(answer):
+    if not g.pathological and PATHOLOGICAL_RE.search(answer):
         return (False, "shape", "too expensive to evaluate (huge power, factorial or number): not correct"), "guarded"
     return None
 
@@ -637,12 +345,12 @@ def _compare_labelled(answer: tuple[tuple[str, str], ...], gold: tuple[tuple[str
     return True, "labels", None
 
 
-def _compare_equations(answer: str, g: _Gold) -> tuple[bool, str, str | None] | None:
+def _compare_equations(answer: str, g: GoldShape) -> tuple[bool, str, str | None] | None:
     """Equality settled by the shapes of equations, or None (then numbers or math-verify decide)."""
-    a_eq = _equation(answer) if "=" in answer else None
+    a_eq = equation(answer) if "=" in answer else None
     g_eq = g.equation
     if g_eq is not None and g_eq[1] is None:  # the ground truth is a relation between unknowns
-        if a_eq is None and not _INEQUALITY_RE.search(answer):
+        if a_eq is None and not INEQUALITY_RE.search(answer):
             return False, "equation", "wrong answer (a value for an equation)"
         return None  # relation against equation: sympy, in the worker
     if a_eq is not None and g_eq is not None and a_eq[1] is not None and g_eq[1] is not None:
@@ -652,30 +360,6 @@ def _compare_equations(answer: str, g: _Gold) -> tuple[bool, str, str | None] | 
         if a_num is not None and g_num is not None:
             return (True, "number", None) if numbers_equal(a_num, g_num) else (False, "number", "wrong answer")
     return None  # e.g. y = 5 - 2x against y = -2x + 5: the worker compares the relations
-
-
-_LATEX_NOISE_RE = lre.compile(r"\\left|\\right|\\[,;:! ]|\\q?quad\b|\\displaystyle|\s+|\$")
-_TEXT_CONTENT_RE = lre.compile(r"\\(?:text|textrm|mathrm|textbf|mbox)\s*\{([^{}]*)\}")
-
-
-def _latex_key(text: str) -> str:
-    """LaTeX with spacing, sizing and math delimiters removed, and \\dfrac/\tfrac written \frac."""
-    text = _TEXT_CONTENT_RE.sub(lambda m: m.group(1), text) if "\\" in text else text  # "\\text{odd } n" = "odd n"
-    return _LATEX_NOISE_RE.sub("", text).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
-
-
-_MATH_CHAR_RE = lre.compile(r"[\d\\^_{}()=+\-*/]")
-_AND_RE = lre.compile(r"\band\b|\\text\s*\{\s*and")
-
-
-def _plainly_not_a_number(answer: str) -> bool:
-    """Words without any digit or math (a name, "none") cannot equal a numeric ground truth."""
-    return not _MATH_CHAR_RE.search(answer) and words_to_number(answer) is None
-
-
-def _for_math_verify(answer: str) -> str:
-    """List separators math-verify reads as a set ("2 and -3" → "2, -3")."""
-    return _LIST_SPLIT_RE.sub(", ", answer) if _AND_RE.search(answer) else answer
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -708,7 +392,7 @@ def verify_many(pairs: Sequence[tuple[str, str]]) -> list[Verdict]:
             continue
         if ext.answer is None or ext.hedge:
             continue
-        key = (ext.answer.strip(), _clean_gold(truth))
+        key = (ext.answer.strip(), clean_gold(truth))
         with _equal_lock:
             cached = key in _equal_cache
         if not cached and key[1] and _decide_locally(*key) is None:
@@ -752,7 +436,7 @@ def _verify(completion: str, ground_truth: str, ext: _extract.Extraction | None 
     ext = ext if ext is not None else _extract.extract_answer(completion)
     if ext.answer is None:
         return Verdict(False, False, None, None, f"no answer: {ext.reason}")
-    if ext.hedge and not _HEDGE_WORD_RE.search(ground_truth):
+    if ext.hedge and not HEDGE_WORD_RE.search(ground_truth):
         return Verdict(False, True, ext.answer, ext.source, "hedge (the answer offers alternatives)", "shape")
     equal, method, reason = answers_equal(ext.answer, ground_truth)
     return Verdict(equal, True, ext.answer, ext.source, reason, method)
@@ -774,7 +458,7 @@ def within_tolerance(completion: str, ground_truth: str, rel_tol: float = 0.1) -
         return True
     if verdict.extracted is None:
         return False
-    a, g = _number(verdict.extracted), _number(_clean_gold(ground_truth))
+    a, g = plain_number(verdict.extracted), plain_number(clean_gold(ground_truth))
     if a is None or g is None:
         return False
     return abs(a.value - g.value) <= abs(g.value) * Fraction(str(rel_tol))

@@ -1,7 +1,8 @@
 """The configuration's pure parts: the JSON schema (``config.schema.yaml`` beside this file, with the defaults
 of nested objects filled in), validation with one-line messages, merging, the canonical form and its hash, and
-the checkpoint steps a run keeps. Imports nothing of grpoflow but its error type, so that every area can check
-its own part of a config (rewards, evaluation, backends) without importing ``grpoflow.config``, which calls them.
+the checkpoint steps a run keeps. Imports nothing of grpoflow but its error type and the built-in benchmarks'
+names (``grpoflow.evaluation.registry``, a leaf), so that every area can check its own part of a config (rewards,
+evaluation, backends) without importing ``grpoflow.config``, which calls them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,16 @@ def load_schema() -> dict:
     text = resources.files("grpoflow").joinpath("schema/config.schema.yaml").read_text(encoding="utf-8")
     schema = yaml.safe_load(text)
     _add_object_defaults(schema)
+    _add_registry_names(schema)
     return schema
+
+
+def _add_registry_names(schema: dict) -> None:
+    """The names a config may give that a registry defines, as the schema's enums: written once, in the registry.
+    ``evaluation.registry`` imports nothing of grpoflow, so this closes no import circle."""
+    from grpoflow.evaluation.registry import BUILTIN
+
+    schema["$defs"]["benchmark"]["properties"]["builtin"]["enum"] = list(BUILTIN)
 
 
 def _add_object_defaults(schema: dict) -> None:

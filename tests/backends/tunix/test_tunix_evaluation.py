@@ -75,12 +75,12 @@ SAMPLED = """
 import json, sys
 from grpoflow.evaluation import tunix_backend
 from grpoflow.evaluation.generation import ModelSource, encode_prompts, load_tokenizer, render_prompts, stop_token_ids
-from grpoflow.evaluation.settings import generation_settings
+from grpoflow.evaluation.settings import generation_settings, with_defaults
 source = ModelSource("m", "external", sys.argv[1])
 tok = load_tokenizer(source)
 questions = ["What is 12 + 35?", "What is 90 - 7?", "What is 12 + 35?"]  # batches of 2: the third has seed + 1
 ids = encode_prompts(tok, render_prompts(tok, [[{"role": "user", "content": q}] for q in questions]))
-gen = generation_settings({"preset": "liberal", "samples": 4, "max_new_tokens": 12, "batch_size": 2, "seed": 0})
+gen = generation_settings(with_defaults({"preset": "liberal", "samples": 4, "max_new_tokens": 12, "batch_size": 2}))
 runs = [tunix_backend.generate(source, tok, ids, gen, stop_token_ids(tok, source))[0] for _ in range(2)]
 print(json.dumps([[[c.text for c in per] for per in run] for run in runs]))
 """

@@ -11,11 +11,78 @@ Files:
 
 from __future__ import annotations
 
+from grpoflow import envcheck
+from grpoflow.backends import CLUSTER, GPU, HUB_WEIGHT_BYTES, LOCAL, NO_ACCELERATOR
+from grpoflow.backends.memory import DTYPE_BYTES
 from grpoflow.backends.trl.ckpt import checkpoints
 from grpoflow.backends.trl.commandline import check_trl_experiment as check
 from grpoflow.backends.trl.commandline import command
+from grpoflow.backends.trl.commandline import summary as _gpu_summary
 
-__all__ = ["METRICS", "SETTINGS", "check", "checkpoints", "command"]
+__all__ = [
+    "MERGE_CHECK",
+    "METRICS",
+    "SETTINGS",
+    "accelerator",
+    "check",
+    "checkpoint_size",
+    "checkpoints",
+    "command",
+    "environment",
+    "merged_size",
+    "plane",
+    "summary",
+]
+
+MERGE_CHECK = None  # the merge job checks nothing first; its modules are found at Snakemake's start (environment)
+# PEFT keeps LoRA adapters in float32 (get_peft_model's autocast_adapter_dtype, on by default), TRL's and the merge's.
+ADAPTER_BYTES = 4
+
+
+def plane(exp: dict) -> str:
+    # TRL on GPUs needs CUDA torch and vLLM: the cluster environment (requirements/cluster.lock).
+    return LOCAL if exp["trl"]["use_cpu"] else CLUSTER
+
+
+def accelerator(exp: dict) -> str:
+    return NO_ACCELERATOR if exp["trl"]["use_cpu"] else GPU
+
+
+def environment(exp: dict, rule: str) -> list[tuple[str, str, str]] | None:
+    """Nothing on the CPU (the local plane); on GPUs torch (whose CUDA build the job reads at its start:
+    envcheck.require_trl_gpu), TRL, vLLM unless ``trl.vllm.mode: none``, PEFT with LoRA; the merge torch (+ PEFT)."""
+    if exp["trl"]["use_cpu"]:
+        return None
+    lora = bool((exp["grpo"].get("lora") or {}).get("rank"))
+    if rule == "merge_checkpoint":
+        return [(*envcheck.TORCH, "the merge")] + ([(*envcheck.PEFT, "grpo.lora")] if lora else [])
+    return [(*envcheck.TORCH, "trl.use_cpu false")] + envcheck.trl_gpu_needs(exp["trl"]["vllm"]["mode"], lora)
+
+
+def summary(name: str, exp: dict) -> str | None:
+    """On GPUs the launch and the GPU-memory estimate (grpoflow.backends.trl.commandline.summary); none on the CPU."""
+    return None if exp["trl"]["use_cpu"] else _gpu_summary(name, exp)
+
+
+def checkpoint_size(exp: dict, arch, rank: int) -> tuple[int, str]:
+    """HF Trainer's ``checkpoint-N/``: the model's weights (with LoRA the adapter, float32 in PEFT; the frozen base
+    is not saved) and ``optimizer.pt`` (AdamW's two moments), in ``trl.param_dtype`` (auto: float32)."""
+    if rank:
+        dtype, b = "float32 adapter", ADAPTER_BYTES
+    else:
+        dtype = "float32" if exp["trl"]["param_dtype"] == "auto" else exp["trl"]["param_dtype"]
+        b = DTYPE_BYTES[dtype]
+    return 3 * (arch.lora_params(rank) if rank else arch.params) * b, f"{dtype} params + AdamW state"
+
+
+def merged_size(exp: dict, arch, rank: int) -> tuple[int, str]:
+    """A full fine-tune's weights copied as trained; a merged LoRA saved in the start's dtype (taken as the Hub's
+    bfloat16)."""
+    if rank:
+        return arch.params * HUB_WEIGHT_BYTES, "the start's bfloat16"
+    dtype = "float32" if exp["trl"]["param_dtype"] == "auto" else exp["trl"]["param_dtype"]
+    return arch.params * DTYPE_BYTES[dtype], dtype
+
 
 # grpoflow key -> what it sets in TRL (runner.grpo_config_kwargs, runner.peft_config, runner.load_prompts).
 # tests/backends/trl checks this table against the GRPOConfig arguments the runner builds.

@@ -182,7 +182,7 @@ def _check_importance_sampling(exp: dict, fail) -> None:
 def _check_numerics(exp: dict, fail) -> None:
     if exp["trl"]["param_dtype"] == "bfloat16" and not exp["grpo"]["lora"]["rank"]:
         if not exp["checks"]["allow_bf16_master_weights"]:
-            from grpoflow.backends.verl.memory import TYPICAL_WEIGHT, bf16_half_spacing
+            from grpoflow.backends.memory import TYPICAL_WEIGHT, bf16_half_spacing
 
             fail(
                 f"trl.param_dtype = bfloat16 for a full fine-tune: AdamW would step bf16 master weights, where an update below half bf16's spacing "
@@ -202,19 +202,15 @@ def _check_gpu_memory(name: str, exp: dict, fail) -> None:
     if b is None or not exp["checks"]["gpu_memory"]:
         return
     if not b.fits:
-        p = b.peak
-        terms = ", ".join(f"{k} {v:.1f}" for k, v in p.terms.items() if v >= 0.05)
         fail(
-            f"resources.gpu_mem_gb = {exp['resources']['gpu_mem_gb']:g}: the estimated peak per GPU at {p.name} is {p.total:.1f} GiB of {b.capacity:.1f} "
-            f"({terms}; {b.arch}); use a smaller trl.completions_per_device_batch, a lower trl.vllm.gpu_memory_utilization (now "
+            f"resources.gpu_mem_gb = {exp['resources']['gpu_mem_gb']:g}: {b.refusal()}; use a smaller trl.completions_per_device_batch, a lower trl.vllm.gpu_memory_utilization (now "
             f"{exp['trl']['vllm']['gpu_memory_utilization']}), LoRA, or checks.gpu_memory: false if you know better"
         )
 
 
 def summary(name: str, exp: dict) -> str:
     """What `snakemake -n` shows for a TRL experiment on GPUs: the launch and the GPU-memory estimate."""
-    b = memory_estimate(name, exp)
-    fit = (
-        b.line() if b else "GPU memory not checked: set architecture (a Qwen3 preset or the model's sizes) to check it"
-    )
+    from grpoflow.backends.memory import fit_text
+
+    fit = fit_text(memory_estimate(name, exp))
     return f"train {name} with TRL on {processes(exp)} GPU process(es), vLLM {vllm_mode(exp)}. {fit}"

@@ -1,5 +1,5 @@
 """Will a TRL experiment on GPUs fit? A per-GPU estimate at config load (pure arithmetic, no torch/TRL import),
-built like verl's (grpoflow.backends.verl.memory, whose architecture presets and constants it shares).
+over the shared memory model (grpoflow.backends.memory: architectures, phases, the verdict, the GPU constants).
 
 It models TRL 1.16's GRPOTrainer under DDP (read in .venv/.../trl/trainer/grpo_trainer.py and
 trl/generation/vllm_generation.py):
@@ -24,22 +24,24 @@ trl/generation/vllm_generation.py):
   trl/trainer/utils.py:1506 and 1644-1654). What it holds is ``lm_head_bytes`` below; it does not grow with the
   vocabulary and grows with the tokens only through the hidden states and a few fp32 numbers per token.
 
-What it cannot know (CUDA context, NCCL buffers, allocator fragmentation) takes verl's stated constants; nothing
-here was measured on a GPU (none here).
+What it cannot know (CUDA context, NCCL buffers, allocator fragmentation) takes the shared model's stated
+constants; nothing here was measured on a GPU (none here).
 """
 
 from __future__ import annotations
 
-from grpoflow.backends.verl.memory import (
+from grpoflow.backends.memory import (
     CARD_GIB_PER_GB,
     CUDA_CONTEXT_GIB,
-    FRAGMENTATION,
     GIB,
-    LAYER_BACKWARD_FACTOR,
     NCCL_GIB,
+    Architecture,
     Breakdown,
     Phase,
     architecture,
+    checkpointed_activations,
+    described,
+    trainer_phase,
 )
 
 # TRL 1.16's fused LM head (trl/kernels/chunked_logprob.py:31 TOKEN_CHUNK_SIZE; trl/trainer/utils.py:1506
@@ -86,79 +88,79 @@ def lm_head_bytes(tokens: int, hidden: int, vocab: int, full_finetune: bool, com
     return tile + per_token + head_grad
 
 
+def _states(arch: Architecture, exp: dict, processes: int) -> dict[str, float]:
+    """What every training process holds for the whole run (GiB): a full replica's weights, gradients and AdamW
+    moments of the trained parameters, DDP's gradient buckets, the reference model."""
+    grpo, P = exp["grpo"], arch.params
+    lora = grpo["lora"]["rank"]
+    # With LoRA the trained parameters are the adapters (on all linear layers: the upper bound of target_modules).
+    trainable = arch.trainable_params(lora)
+    wbytes = master_bytes(exp)
+    tbytes = LORA_DTYPE_BYTES if lora else wbytes
+    grads = trainable * tbytes / GIB
+    return {
+        "weights": (P * wbytes + (trainable * tbytes if lora else 0)) / GIB,
+        "grads": grads,
+        "AdamW state": 2 * trainable * tbytes / GIB,
+        "DDP buckets": grads if processes > 1 else 0.0,
+        "reference": P * wbytes / GIB if grpo["kl_coef"] > 0 and not lora else 0.0,
+    }
+
+
+def _activations(arch: Architecture, exp: dict, micro: int) -> float:
+    """Activations + the fused LM head of one micro-batch's forward + backward (GiB), gradient checkpointing on."""
+    grpo = exp["grpo"]
+    tokens = micro * (grpo["max_prompt_length"] + grpo["max_response_length"])
+    # Only the completion tokens are scored (labels -100 elsewhere, grpo_trainer.py:1494-1496).
+    completion_tokens = micro * grpo["max_response_length"]
+    logits = lm_head_bytes(completion_tokens, arch.hidden_size, arch.vocab_size, not grpo["lora"]["rank"]) / GIB
+    kept, working = checkpointed_activations(arch, tokens)
+    # The head's backward runs before the layers' recomputation, so its working set and one layer's never coexist.
+    return kept + max(logits, working)
+
+
+def _phases(states: dict[str, float], activations: float, outside: dict[str, float]) -> list[Phase]:
+    """The update (forward + backward) and the optimizer step; ``outside``: vLLM and the fixed costs."""
+    update = trainer_phase(
+        "update (forward + backward)",
+        {**states, "activations+LM head": activations, **outside},
+        [*states, "activations+LM head"],
+    )
+    step = trainer_phase(
+        "optimizer step",
+        {
+            "weights": states["weights"],
+            "grads": states["grads"],
+            "AdamW state": states["AdamW state"],
+            "AdamW temp": states["grads"],
+            "DDP buckets": states["DDP buckets"],
+            "reference": states["reference"],
+            **outside,
+        },
+        [*states, "AdamW temp"],
+    )
+    return [update, step]
+
+
 def estimate(name: str, exp: dict, processes: int, micro: int, vllm_mode: str) -> Breakdown | None:
     """Per-GPU breakdown of a TRL experiment on GPUs (``processes``: training processes, ``micro``: completions per
     forward/backward micro-batch, ``vllm_mode``: none|colocate); None when its architecture is unknown."""
     arch, source = architecture(exp)
     if arch is None:
         return None
-    grpo, trl, res = exp["grpo"], exp["trl"], exp["resources"]
+    trl, res = exp["trl"], exp["resources"]
     capacity = res["gpu_mem_gb"] * CARD_GIB_PER_GB
-    lora = grpo["lora"]["rank"]
-    P = arch.params
-    # With LoRA the trained parameters are the adapters (on all linear layers: the upper bound of target_modules).
-    trainable = arch.lora_params(lora) if lora else P
-    wbytes = master_bytes(exp)
-    tbytes = LORA_DTYPE_BYTES if lora else wbytes
-
-    params = (P * wbytes + (trainable * tbytes if lora else 0)) / GIB
-    grads = trainable * tbytes / GIB
-    adam = 2 * trainable * tbytes / GIB
-    ddp = grads if processes > 1 else 0.0
-    reference = P * wbytes / GIB if grpo["kl_coef"] > 0 and not lora else 0.0
-
-    tokens = micro * (grpo["max_prompt_length"] + grpo["max_response_length"])
-    # Only the completion tokens are scored (labels -100 elsewhere, grpo_trainer.py:1494-1496).
-    completion_tokens = micro * grpo["max_response_length"]
-    logits = lm_head_bytes(completion_tokens, arch.hidden_size, arch.vocab_size, not lora) / GIB
-    layer_act = arch.layer_activation_bytes_per_token()
-    kept = tokens * arch.hidden_size * 2 * arch.num_layers / GIB  # gradient checkpointing: each layer's input
-    working = tokens * layer_act * LAYER_BACKWARD_FACTOR / GIB
-    # The head's backward runs before the layers' recomputation, so its working set and one layer's never coexist.
-    activations = kept + max(logits, working)
-
-    fixed = CUDA_CONTEXT_GIB + (NCCL_GIB if processes > 1 else 0.0)
     vllm = trl["vllm"]["gpu_memory_utilization"] * capacity + VLLM_OUTSIDE_GIB if vllm_mode == "colocate" else 0.0
-
-    def phase(label: str, terms: dict[str, float], trainer: list[str]) -> Phase:
-        p = Phase(label, terms)
-        p.terms["fragmentation"] = FRAGMENTATION * sum(terms[k] for k in trainer)
-        return p
-
-    states = ["weights", "grads", "AdamW state", "DDP buckets", "reference"]
-    update = phase(
-        "update (forward + backward)",
-        {
-            "weights": params,
-            "grads": grads,
-            "AdamW state": adam,
-            "DDP buckets": ddp,
-            "reference": reference,
-            "activations+LM head": activations,
-            "vLLM (util × memory + graphs)": vllm,
-            "CUDA/NCCL": fixed,
-        },
-        states + ["activations+LM head"],
-    )
-    step = phase(
-        "optimizer step",
-        {
-            "weights": params,
-            "grads": grads,
-            "AdamW state": adam,
-            "AdamW temp": grads,
-            "DDP buckets": ddp,
-            "reference": reference,
-            "vLLM (util × memory + graphs)": vllm,
-            "CUDA/NCCL": fixed,
-        },
-        states + ["AdamW temp"],
-    )
+    outside = {
+        "vLLM (util × memory + graphs)": vllm,
+        "CUDA/NCCL": CUDA_CONTEXT_GIB + (NCCL_GIB if processes > 1 else 0.0),
+    }
+    phases = _phases(_states(arch, exp, processes), _activations(arch, exp, micro), outside)
     return Breakdown(
         name,
-        f"{arch.name}, {P / 1e9:.2f} B params, {source}",
+        described(arch, source),
         capacity,
-        [update, step],
+        phases,
         HOST_PER_PROCESS_GIB * processes,
         res["mem_mb"] * 1e6 / GIB,
     )

@@ -48,7 +48,7 @@ def check_tunix_experiment(name: str, exp: dict, cfg=None) -> None:
         )
     lr = grpo["learning_rate"]
     if tunix["param_dtype"] == "bfloat16" and not exp["checks"]["allow_bf16_master_weights"]:
-        from grpoflow.backends.verl.memory import TYPICAL_WEIGHT, bf16_half_spacing, bf16_update_lost
+        from grpoflow.backends.memory import TYPICAL_WEIGHT, bf16_half_spacing, bf16_update_lost
 
         if bf16_update_lost(lr):
             raise ConfigError(

@@ -22,8 +22,11 @@ rollout on one mesh, the vanilla rollout sharing the actor's weights), as read i
   fp32 logits kept for the backward next to their gradient, and per layer what ``tunix.remat`` keeps
   (``RematConfig``: none keeps every activation, block the inputs of the attention and MLP blocks and their
   norms' float32 inputs, decoder only the layer's input) plus one recomputed layer's working set.
-- Optimizer step: one gradient-sized temporary next to the states (the clipped gradients; ``nnx.Optimizer`` donates
-  its state, so AdamW's moments update in place).
+- Optimizer step: one weight-sized buffer next to the states and gradients: the new weights. Tunix's ``nnx.jit``
+  donates the optimizer (AdamW's moments update in place) but not the model (``sft/peft_trainer.py:421``), so the
+  updated weights are written beside the old; clipping and AdamW fuse into that write. XLA:CPU at Qwen3-8B widths:
+  19.3 B per weight per layer against the 20 counted here, 149.4 GiB against 152.6 at 36 layers (-2.1 %;
+  ``benchmarks/tunix_memory.py --train-step``).
 - Weights in the compute dtype while used: with ``param_dtype`` ≠ ``compute_dtype`` (each ``Einsum`` casts its
   weight) or ``fsdp`` > 1 (XLA gathers the weight), two layers and the embeddings/lm_head at a time; without remat
   the casts of every layer are kept for the backward as well.
@@ -40,9 +43,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from grpoflow.backends.verl.memory import GIB, LAYER_BACKWARD_FACTOR, Architecture, Breakdown, Phase, architecture
-
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+from grpoflow.backends.memory import (
+    DTYPE_BYTES,
+    GIB,
+    LAYER_BACKWARD_FACTOR,
+    Architecture,
+    Breakdown,
+    Phase,
+    architecture,
+    described,
+    fit_text,
+)
 
 
 @dataclass(frozen=True)
@@ -120,24 +131,18 @@ def remat_kept_bytes(arch: Architecture, c: int, remat: str) -> int:
 
 @dataclass
 class Estimate(Breakdown):
-    """Per-chip HBM of each phase (GiB) for an experiment on a TPU: verl's Breakdown (peak, margin, fits) with the TPU
-    and mesh; a TPU VM's host RAM is not modelled (``host_needed`` 0)."""
+    """Per-chip HBM of each phase (GiB) for an experiment on a TPU: the shared Breakdown (peak, margin, fits) with
+    the TPU and mesh; a TPU VM's host RAM is not modelled (``host_needed`` 0)."""
 
     tpu: Tpu
     mesh: tuple[int, int]
 
-    def terms(self, phase: Phase | None = None) -> str:
-        phase = phase or self.peak
-        return " + ".join(f"{k} {v:.1f}" for k, v in phase.terms.items() if v >= 0.05)
+    capacity_digits = 2  # a v6e chip's 31.25 GiB
 
     def line(self) -> str:
-        p = self.peak
-        others = ", ".join(f"{q.name} {q.total:.1f}" for q in self.phases if q is not p)
-        verdict = "fits" if self.fits else "DOES NOT FIT"
         return (
-            f"HBM per chip on a {self.tpu.name} (mesh fsdp {self.mesh[0]} × tp {self.mesh[1]}; {self.arch}): peak at "
-            f"{p.name}: {self.terms(p)} = {p.total:.1f} GiB of {self.capacity:.2f}, margin {self.margin:+.1f} GiB, "
-            f"{verdict} (other phases: {others})"
+            f"HBM per chip on a {self.tpu.name} (mesh fsdp {self.mesh[0]} × tp {self.mesh[1]}; {self.arch}): "
+            f"{self.verdict()}"
         )
 
 
@@ -147,106 +152,138 @@ def mesh_shape(tunix: dict, chips: int) -> tuple[int, int]:
     return (chips // tp if fsdp == -1 else fsdp), tp
 
 
+# ---- sizes -------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """How a step's work lies on the chips: the mesh, the dtypes' bytes, the sequences each chip holds."""
+
+    chips: int
+    fsdp: int
+    tp: int
+    p: int  # param_dtype bytes
+    c: int  # compute_dtype bytes
+    sequences: int  # of the whole step
+    per_chip_seqs: int
+    prompt_len: int
+    seq_len: int
+    vocab_per_chip: float
+
+    @classmethod
+    def of(cls, arch: Architecture, exp: dict, tpu: Tpu) -> _Layout:
+        grpo, tunix = exp["grpo"], exp["tunix"]
+        fsdp, tp = mesh_shape(tunix, tpu.chips)
+        sequences = grpo["prompts_per_step"] * grpo["num_generations"]
+        return cls(
+            chips=tpu.chips,
+            fsdp=fsdp,
+            tp=tp,
+            p=DTYPE_BYTES[tunix["param_dtype"]],
+            c=DTYPE_BYTES[tunix["compute_dtype"]],
+            sequences=sequences,
+            # The batch splits over fsdp; a shard never holds less than one.
+            per_chip_seqs=math.ceil(sequences / fsdp),
+            prompt_len=grpo["max_prompt_length"],
+            seq_len=grpo["max_prompt_length"] + grpo["max_response_length"],
+            vocab_per_chip=arch.vocab_size / tp,
+        )
+
+
+def _lora_rank(exp: dict) -> int:
+    return (exp["grpo"].get("lora") or {}).get("rank", 0)
+
+
+def _resident(arch: Architecture, exp: dict, L: _Layout) -> dict[str, float]:
+    """The states always on a chip (GiB): the actor's weights and AdamW moments in param_dtype, the reference in the
+    compute dtype, LoRA's adapters; every weight split over both mesh axes."""
+    lora, P, n, p = _lora_rank(exp), arch.params, L.chips, L.p
+    trainable = arch.trainable_params(lora)
+    return {
+        "actor params": P * p / n / GIB,
+        "AdamW state": 2 * trainable * p / n / GIB,
+        "reference": P * L.c / n / GIB if exp["grpo"]["kl_coef"] > 0 and not lora else 0.0,
+        "LoRA adapters": trainable * p / n / GIB if lora else 0.0,
+    }
+
+
+def _weights_in_use(arch: Architecture, exp: dict, L: _Layout) -> tuple[float, float]:
+    """Weights in the compute dtype while a layer runs (cast and/or gathered: two layers, embeddings and lm_head),
+    and in the backward the lm_head's and one layer's gradients (GiB)."""
+    cast_or_gathered = L.p != L.c or L.fsdp > 1
+    working = (arch.root_params + 2 * arch.layer_params) * L.c / L.tp / GIB if cast_or_gathered else 0.0
+    layer_grads = (arch.lm_head_params + arch.layer_params) * L.c / L.tp / GIB if not _lora_rank(exp) else 0.0
+    return working, layer_grads
+
+
+def _rollout(arch: Architecture, exp: dict, L: _Layout) -> tuple[float, float]:
+    """The vanilla sampler's KV cache (whole, on the first chip) and the prefill's float32 logits (GiB); vLLM's
+    are within its share."""
+    vanilla = exp["tunix"]["rollout_engine"] == "vanilla"
+    kv = L.sequences * (L.seq_len + 8) * arch.num_layers * 2 * arch.num_kv_heads * arch.head_dim * L.c
+    return kv / GIB * vanilla, L.per_chip_seqs * L.prompt_len * L.vocab_per_chip * 4 / GIB * vanilla
+
+
+def _activations(arch: Architecture, exp: dict, L: _Layout) -> tuple[float, float, float]:
+    """Per chip (GiB): the update's activations + logits, and a forward-only pass's logits and one layer."""
+    tunix, c, tp = exp["tunix"], L.c, L.tp
+    tokens = L.per_chip_seqs * L.seq_len
+    score_bytes = 0.0 if tunix["flash_attention"] else ATTENTION_SCORE_BYTES[c] * arch.num_attention_heads * L.seq_len
+    full_layer = tokens * (per_token_layer_bytes(arch, c) + score_bytes) / tp
+    if tunix["remat"] == "none":
+        # Without recomputation the backward also needs each layer's weights as its matmuls used them: the
+        # compute-dtype casts of float32 weights are kept for every layer (sharded like the weights).
+        casts = arch.num_layers * arch.layer_params * c / L.chips if L.p != c else 0
+        kept = full_layer * arch.num_layers + casts
+        working = full_layer * (LAYER_BACKWARD_FACTOR - 1)
+    else:
+        kept = tokens * remat_kept_bytes(arch, c, tunix["remat"]) / tp * arch.num_layers
+        working = full_layer * LAYER_BACKWARD_FACTOR
+    logits_train = L.per_chip_seqs * L.vocab_per_chip * L.seq_len * (LOGIT_BYTES_TRAIN + c)
+    logits_forward = L.per_chip_seqs * L.vocab_per_chip * L.seq_len * (LOGIT_BYTES_FORWARD + c) / GIB
+    # Backward starts with every kept activation and the logits' gradient; the logits are freed before the last
+    # layer's backward, so the two working sets do not overlap.
+    return (kept + max(logits_train, working)) / GIB, logits_forward, full_layer / GIB
+
+
+# ---- phases ------------------------------------------------------------------------------------------------------
+
+
+def _phases(arch: Architecture, exp: dict, tpu: Tpu, L: _Layout) -> list[Phase]:
+    """Rollout, reference log-probs (only with a reference model), update, optimizer step."""
+    tunix = exp["tunix"]
+    resident = _resident(arch, exp, L)
+    grads = arch.trainable_params(_lora_rank(exp)) * L.p / L.chips / GIB
+    vllm = tunix["vllm_hbm_utilization"] * tpu.usable_gib if tunix["rollout_engine"] == "vllm" else 0.0
+    fixed = {"vLLM (util × HBM)": vllm, "runtime": RUNTIME_GIB}
+    weights, layer_grads = _weights_in_use(arch, exp, L)
+    kv_cache, prefill_logits = _rollout(arch, exp, L)
+    activations, logits_forward, forward_layer = _activations(arch, exp, L)
+    rollout = {"weights in use": weights, "KV cache": kv_cache, "prefill logits": prefill_logits}
+    reference = {"weights in use": weights, "logits": logits_forward, "activations": forward_layer}
+    update = {"grads": grads, "weights in use": weights + layer_grads, "activations+logits": activations}
+    phases = [
+        Phase("rollout", {**resident, **rollout, **fixed}),
+        Phase("reference log-probs", {**resident, **reference, **fixed}),
+        Phase("update", {**resident, **update, **fixed}),
+        Phase("optimizer step", {**resident, "grads": grads, "step temp": grads, **fixed}),
+    ]
+    return phases if resident["reference"] else [ph for ph in phases if ph.name != "reference log-probs"]
+
+
 def estimate(name: str, exp: dict, tpu: Tpu | None = None) -> Estimate | None:
     """The per-chip breakdown of a resolved tunix experiment on ``tpu`` (default its ``tunix.tpu``); None when no
     TPU is declared or the model's architecture is unknown (``architecture:``, or a Qwen3 size in sft.*)."""
-    grpo, tunix = exp["grpo"], exp["tunix"]
+    tunix = exp["tunix"]
     tpu = tpu or TPUS.get(tunix.get("tpu") or "")
     arch, source = architecture(exp)
     if tpu is None or arch is None:
         return None
-    n = tpu.chips
-    fsdp, tp = mesh_shape(tunix, n)
-    p, c = DTYPE_BYTES[tunix["param_dtype"]], DTYPE_BYTES[tunix["compute_dtype"]]
-    lora = (grpo.get("lora") or {}).get("rank", 0)
-    P = arch.params
-    trainable = arch.lora_params(lora) if lora else P
-    lp, lr = grpo["max_prompt_length"], grpo["max_response_length"]
-    seq_len = lp + lr
-    sequences = grpo["prompts_per_step"] * grpo["num_generations"]
-    per_chip_seqs = math.ceil(sequences / fsdp)  # the batch splits over fsdp; a shard never holds less than one
-    vocab_per_chip = arch.vocab_size / tp
-
-    def gib(x: float) -> float:
-        return x / GIB
-
-    # States per chip.
-    actor = gib(P * p / n)
-    adam = gib(2 * trainable * p / n)
-    grads = gib(trainable * p / n)
-    adapters = gib(trainable * p / n) if lora else 0.0
-    reference = gib(P * c / n) if grpo["kl_coef"] > 0 and not lora else 0.0
-    vllm = tunix["vllm_hbm_utilization"] * tpu.usable_gib if tunix["rollout_engine"] == "vllm" else 0.0
-    # Weights in the compute dtype while a layer runs (cast and/or gathered): two layers, embeddings and lm_head.
-    cast_or_gathered = p != c or fsdp > 1
-    working_weights = gib((arch.root_params + 2 * arch.layer_params) * c / tp) if cast_or_gathered else 0.0
-    lm_head = arch.vocab_size * arch.hidden_size if not arch.tie_word_embeddings else 0
-    layer_grads = gib((lm_head + arch.layer_params) * c / tp) if not lora else 0.0
-
-    # Rollout: KV cache (whole, on the first chip) and the prefill's float32 logits; vLLM's are within its share.
-    vanilla = tunix["rollout_engine"] == "vanilla"
-    kv_cache = gib(sequences * (seq_len + 8) * arch.num_layers * 2 * arch.num_kv_heads * arch.head_dim * c) * vanilla
-    prefill_logits = gib(per_chip_seqs * lp * vocab_per_chip * 4) * vanilla
-
-    # Activations of the update, per chip.
-    tokens = per_chip_seqs * seq_len
-    score_bytes = 0.0 if tunix["flash_attention"] else ATTENTION_SCORE_BYTES[c] * arch.num_attention_heads * seq_len
-    full_layer = tokens * (per_token_layer_bytes(arch, c) + score_bytes) / tp
-    remat = tunix["remat"]
-    if remat == "none":
-        # Without recomputation the backward also needs each layer's weights as its matmuls used them: the
-        # compute-dtype casts of float32 weights are kept for every layer (sharded like the weights).
-        kept = full_layer * arch.num_layers + (arch.num_layers * arch.layer_params * c / n if p != c else 0)
-        working = full_layer * (LAYER_BACKWARD_FACTOR - 1)
-    else:
-        kept = tokens * remat_kept_bytes(arch, c, remat) / tp * arch.num_layers
-        working = full_layer * LAYER_BACKWARD_FACTOR
-    logits_train = per_chip_seqs * vocab_per_chip * seq_len * (LOGIT_BYTES_TRAIN + c)
-    # Backward starts with every kept activation and the logits' gradient; the logits are freed before the last
-    # layer's backward, so the two working sets do not overlap.
-    activations = gib(kept + max(logits_train, working))
-    logits_forward = gib(per_chip_seqs * vocab_per_chip * seq_len * (LOGIT_BYTES_FORWARD + c))
-    forward_layer = gib(full_layer)
-
-    resident = {"actor params": actor, "AdamW state": adam, "reference": reference, "LoRA adapters": adapters}
-    fixed = {"vLLM (util × HBM)": vllm, "runtime": RUNTIME_GIB}
-    phases = [
-        Phase(
-            "rollout",
-            {
-                **resident,
-                "weights in use": working_weights,
-                "KV cache": kv_cache,
-                "prefill logits": prefill_logits,
-                **fixed,
-            },
-        ),
-        Phase(
-            "reference log-probs",
-            {
-                **resident,
-                "weights in use": working_weights,
-                "logits": logits_forward,
-                "activations": forward_layer,
-                **fixed,
-            },
-        ),
-        Phase(
-            "update",
-            {
-                **resident,
-                "grads": grads,
-                "weights in use": working_weights + layer_grads,
-                "activations+logits": activations,
-                **fixed,
-            },
-        ),
-        Phase("optimizer step", {**resident, "grads": grads, "step temp": grads, **fixed}),
-    ]
-    if not reference:
-        phases = [ph for ph in phases if ph.name != "reference log-probs"]
-    what = f"{arch.name}, {P / 1e9:.2f} B params, {source}, remat {remat}, flash attention {'on' if tunix['flash_attention'] else 'off'}"
-    return Estimate(name, what, tpu.usable_gib, phases, 0.0, 0.0, tpu, (fsdp, tp))
+    L = _Layout.of(arch, exp, tpu)
+    flash = "on" if tunix["flash_attention"] else "off"
+    what = f"{described(arch, source)}, remat {tunix['remat']}, flash attention {flash}"
+    phases = _phases(arch, exp, tpu, L)
+    return Estimate(name, what, tpu.usable_gib, phases, 0.0, 0.0, tpu, (L.fsdp, L.tp))
 
 
 # ---- the config-load check and the dry-run line ------------------------------------------------------------------
@@ -275,10 +312,7 @@ def check(name: str, exp: dict, fail) -> None:
     if b is None or b.fits or not exp["checks"]["tpu_memory"]:
         return
     fixes = "; ".join([*knobs(exp, b), "or checks.tpu_memory: false if you know better"])
-    fail(
-        f"tunix.tpu = {tpu.name}: the estimated HBM peak per chip at {b.peak.name} is {b.peak.total:.1f} GiB of "
-        f"{b.capacity:.2f} ({b.terms()}; {b.arch}); {fixes}"
-    )
+    fail(f"tunix.tpu = {tpu.name}: {b.refusal('HBM peak per chip', ' + ')}; {fixes}")
 
 
 def knobs(exp: dict, b: Estimate) -> list[str]:
@@ -307,6 +341,4 @@ def summary(name: str, exp: dict) -> str:
     tpu = exp["tunix"].get("tpu")
     if not tpu:
         return f"train {name} with Tunix (no tunix.tpu declared: HBM not checked)"
-    b = estimate(name, exp)
-    fit = b.line() if b else "HBM not checked: set architecture (a Qwen3 preset or the model's sizes) to check it"
-    return f"train {name} with Tunix on a {tpu}. {fit}"
+    return f"train {name} with Tunix on a {tpu}. {fit_text(estimate(name, exp), 'HBM')}"

@@ -260,15 +260,9 @@ def _mesh(tunix: dict):
 def train(spec: dict, model_path: str, resumed_from: int) -> int:
     """Tunix GRPO from ``model_path`` (or the newest checkpoint) to ``grpo.total_steps``; returns the newest
     complete checkpoint's step when it stops."""
-    import orbax.checkpoint as ocp
     from transformers import AutoTokenizer
-    from tunix.rl import rl_cluster as rl_cluster_lib
-    from tunix.rl.grpo import grpo_learner
-    from tunix.rl.rollout import base_rollout
-    from tunix.sft import metrics_logger
 
     from grpoflow.backends.tunix import qwen3
-    from grpoflow.rewards.tunix import build_reward_fns
 
     grpo, tunix, where = spec["grpo"], spec["tunix"], f"experiments.{spec['experiment']}"
     # Tunix and Orbax log every rollout's trajectory ids and every save's phases at INFO through absl: the job log
@@ -284,30 +278,52 @@ def train(spec: dict, model_path: str, resumed_from: int) -> int:
     mesh = _mesh(tunix)
     if tunix["flash_attention"]:
         qwen3.check_flash_attention(mesh.devices.flat[0].platform)
-    options = {k: tunix[k] for k in ("remat", "flash_attention", "flash_attention_block_size")}
     started = time.monotonic()
-    lora = grpo["lora"] if (grpo.get("lora") or {}).get("rank", 0) > 0 else None
-    if lora:
-        # LoRA: the start model is frozen and is the reference too (Tunix shares the backbone between them).
-        base = qwen3.load(model_path, mesh, tunix["param_dtype"], tunix["compute_dtype"], **options)
-        actor = qwen3.with_lora(base, lora)
-        reference = base if grpo["kl_coef"] > 0 else None
-    else:
-        actor = qwen3.load(model_path, mesh, tunix["param_dtype"], tunix["compute_dtype"], **options)
-        # The reference is never trained: its weights in the compute dtype (bf16 on TPU) halve its memory.
-        reference = (
-            qwen3.load(model_path, mesh, tunix["compute_dtype"], tunix["compute_dtype"], **options)
-            if grpo["kl_coef"] > 0
-            else None
-        )
+    actor, reference = _load_models(model_path, mesh, grpo, tunix)
     log.info(
         "loaded %s%s in %.1f s",
         model_path,
         " (+ reference)" if reference is not None else "",
         time.monotonic() - started,
     )
+    rollout = _rollout_config(grpo, tunix, tokenizer, model_path)
+    rows_out = MetricRows(ckpt_dir / LIVE_METRICS, grpo["total_steps"], resumed_from, common.health_monitor(spec))
+    cluster = _cluster(spec, actor, reference, tokenizer, mesh, rollout, rows_out, ckpt_dir)
+    learner = _learner(spec, cluster, tokenizer)
+    batches = PromptBatches(rows, grpo["prompts_per_step"], grpo["seed"], rollout)
+    _run_until_done_or_stopped(learner, batches)
+    final = cluster.actor_trainer.train_steps
+    rows_out.flush(final)
+    log.info("training stopped at step %d of %d after %.0f s", final, grpo["total_steps"], time.monotonic() - started)
+    latest = latest_complete(ckpt_dir)
+    return latest[0] if latest else 0
 
-    rollout = base_rollout.RolloutConfig(
+
+def _load_models(model_path: str, mesh, grpo: dict, tunix: dict) -> tuple:
+    """(actor, reference): the model to train and the KL reference (None without a KL term)."""
+    from grpoflow.backends.tunix import qwen3
+
+    options = {k: tunix[k] for k in ("remat", "flash_attention", "flash_attention_block_size")}
+    lora = grpo["lora"] if (grpo.get("lora") or {}).get("rank", 0) > 0 else None
+    if lora:
+        # LoRA: the start model is frozen and is the reference too (Tunix shares the backbone between them).
+        base = qwen3.load(model_path, mesh, tunix["param_dtype"], tunix["compute_dtype"], **options)
+        return qwen3.with_lora(base, lora), (base if grpo["kl_coef"] > 0 else None)
+    actor = qwen3.load(model_path, mesh, tunix["param_dtype"], tunix["compute_dtype"], **options)
+    # The reference is never trained: its weights in the compute dtype (bf16 on TPU) halve its memory.
+    reference = (
+        qwen3.load(model_path, mesh, tunix["compute_dtype"], tunix["compute_dtype"], **options)
+        if grpo["kl_coef"] > 0
+        else None
+    )
+    return actor, reference
+
+
+def _rollout_config(grpo: dict, tunix: dict, tokenizer, model_path: str):
+    """Tunix's rollout settings: lengths, sampling, stop token, the vLLM engine's memory share."""
+    from tunix.rl.rollout import base_rollout
+
+    return base_rollout.RolloutConfig(
         max_tokens_to_generate=grpo["max_response_length"],
         max_prompt_length=grpo["max_prompt_length"],
         kv_cache_size=grpo["max_prompt_length"] + grpo["max_response_length"] + 8,
@@ -318,7 +334,16 @@ def train(spec: dict, model_path: str, resumed_from: int) -> int:
         rollout_vllm_hbm_utilization=tunix["vllm_hbm_utilization"],
         rollout_vllm_model_version=model_path if tunix["rollout_engine"] == "vllm" else "",
     )
-    rows_out = MetricRows(ckpt_dir / LIVE_METRICS, grpo["total_steps"], resumed_from, common.health_monitor(spec))
+
+
+def _cluster(spec: dict, actor, reference, tokenizer, mesh, rollout, rows_out: MetricRows, ckpt_dir: Path):
+    """Tunix's RLCluster: actor, reference and rollout on one mesh, with the optimizer, step count, checkpointing
+    (``grpo.save_freq``, ``max_checkpoints_to_keep``) and metrics backends (MetricRows + ``grpo.report_to``)."""
+    import orbax.checkpoint as ocp
+    from tunix.rl import rl_cluster as rl_cluster_lib
+    from tunix.sft import metrics_logger
+
+    grpo, tunix = spec["grpo"], spec["tunix"]
     backends: dict = {"custom_backend": [lambda: rows_out, *_trackers(grpo["report_to"], ckpt_dir, spec["experiment"])]}
     training_config = rl_cluster_lib.RLTrainingConfig(
         actor_optimizer=_optimizer(grpo, tunix),
@@ -335,7 +360,7 @@ def train(spec: dict, model_path: str, resumed_from: int) -> int:
         pbar_description=None,
     )
     roles = (rl_cluster_lib.Role.ACTOR, rl_cluster_lib.Role.REFERENCE, rl_cluster_lib.Role.ROLLOUT)
-    cluster = rl_cluster_lib.RLCluster(
+    return rl_cluster_lib.RLCluster(
         actor=actor,
         reference=reference,
         tokenizer=tokenizer,
@@ -347,6 +372,15 @@ def train(spec: dict, model_path: str, resumed_from: int) -> int:
             rollout_config=rollout,
         ),
     )
+
+
+def _learner(spec: dict, cluster, tokenizer):
+    """Tunix's GRPO learner on ``cluster`` with grpoflow's rewards (one batch-scored reward + its metrics)."""
+    from tunix.rl.grpo import grpo_learner
+
+    from grpoflow.rewards.tunix import build_reward_fns
+
+    grpo, tunix = spec["grpo"], spec["tunix"]
     reward_fns, metric_fn = build_reward_fns(
         spec["rewards"], grpo["num_generations"], tokenizer=tokenizer, max_response_length=grpo["max_response_length"]
     )
@@ -359,11 +393,14 @@ def train(spec: dict, model_path: str, resumed_from: int) -> int:
     )
     # Tunix's grpo policy loss reads epsilon_high when the config has it (tunix/rl/algo_core.py).
     algo.epsilon_high = grpo["clip_ratio_high"] if grpo["clip_ratio_high"] is not None else grpo["clip_ratio"]
-    learner = grpo_learner.GRPOLearner(
+    return grpo_learner.GRPOLearner(
         rl_cluster=cluster, algo_config=algo, reward_fns=reward_fns, metric_fns=[_prefixed(metric_fn)]
     )
-    batches = PromptBatches(rows, grpo["prompts_per_step"], grpo["seed"], rollout)
-    # SIGTERM stops the batches at the next step; Tunix's learner then leaves its loop and saves the last step.
+
+
+def _run_until_done_or_stopped(learner, batches: PromptBatches) -> None:
+    """Tunix's training loop; SIGTERM stops the batches at the next step, then Tunix's learner leaves its loop and
+    saves the last step."""
     stop = common.SigtermStop(on_request=batches.stop)
     try:
         learner.train(batches)
@@ -373,11 +410,6 @@ def train(spec: dict, model_path: str, resumed_from: int) -> int:
             raise
     finally:
         stop.restore()
-    final = cluster.actor_trainer.train_steps
-    rows_out.flush(final)
-    log.info("training stopped at step %d of %d after %.0f s", final, grpo["total_steps"], time.monotonic() - started)
-    latest = latest_complete(ckpt_dir)
-    return latest[0] if latest else 0
 
 
 def _trackers(report_to: list[str], ckpt_dir: Path, experiment: str) -> list:

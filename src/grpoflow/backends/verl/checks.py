@@ -26,45 +26,13 @@ def check_verl_experiment(name: str, exp: dict, cfg=None) -> None:
     def fail(msg: str) -> None:
         raise ConfigError(f"config error: {where}.{msg}")
 
-    nodes, per_node = res["nodes"], res["gpus_per_node"]
+    per_node = res["gpus_per_node"]
     if per_node < 1:
         fail(
             "resources.gpus_per_node = 0: the verl backend trains on GPUs; set the GPUs per node (e.g. 8), or use backend: trl for CPU runs"
         )
-    gpus = nodes * per_node
-    P, G = grpo["prompts_per_step"], grpo["num_generations"]
-    mini = verl["ppo_mini_batch_size"]
-    micro = verl["ppo_micro_batch_size_per_gpu"]
-    logprob = verl["log_prob_micro_batch_size_per_gpu"]
+    _check_batches(exp, fail)
     tp = verl["rollout"]["tensor_model_parallel_size"]
-
-    if G < 2:
-        fail(f"grpo.num_generations = {G}: GRPO compares completions within a prompt's group, so it needs at least 2")
-    if not verl["use_dynamic_bsz"]:
-        if (P * G) % gpus:
-            fail(
-                f"grpo.prompts_per_step × num_generations = {P} × {G} = {P * G} is not divisible by the {gpus} GPUs ({nodes} node(s) × {per_node}): verl rejects this; change prompts_per_step, num_generations or resources"
-            )
-        if mini > P:
-            fail(f"verl.ppo_mini_batch_size = {mini} exceeds grpo.prompts_per_step = {P}: make it ≤ {P}")
-        if P % mini:
-            fail(
-                f"grpo.prompts_per_step = {P} is not a multiple of verl.ppo_mini_batch_size = {mini}: each step would end in a padded partial update; use a divisor of {P}"
-            )
-        if (mini * G) % gpus:
-            fail(
-                f"verl.ppo_mini_batch_size × num_generations = {mini} × {G} = {mini * G} completions do not split over {gpus} GPUs: make it a multiple of {gpus}"
-            )
-        per_gpu = mini * G // gpus
-        if per_gpu % micro:
-            fail(
-                f"verl.ppo_micro_batch_size_per_gpu = {micro} does not divide the {per_gpu} completions each GPU gets per mini-batch ({mini} × {G} / {gpus} GPUs): use a divisor of {per_gpu}"
-            )
-        batch_per_gpu = P * G // gpus
-        if batch_per_gpu % logprob:
-            fail(
-                f"verl.log_prob_micro_batch_size_per_gpu = {logprob} does not divide the {batch_per_gpu} completions each GPU scores per step ({P} × {G} / {gpus} GPUs): use a divisor of {batch_per_gpu}"
-            )
     if tp > per_node or per_node % tp:
         fail(
             f"verl.rollout.tensor_model_parallel_size = {tp} must divide resources.gpus_per_node = {per_node}: a vLLM replica lives within one node"
@@ -83,9 +51,53 @@ def check_verl_experiment(name: str, exp: dict, cfg=None) -> None:
     for key in verl["env"]:
         if not key.isidentifier():
             fail(f"verl.env: {key!r} is not a valid environment variable name")
+    _check_overrides(name, exp, fail)
 
-    # Composing the overrides checks extra_overrides (Hydra syntax, keys grpoflow owns, legacy keys verl
-    # ignores) and the rewards' part; paths are placeholders here.
+
+def _check_batches(exp: dict, fail) -> None:
+    """The group size, and (without dynamic batch sizes) how a step's completions split into mini- and
+    micro-batches over the GPUs: verl rejects, or pads, what does not divide."""
+    grpo, verl, res = exp["grpo"], exp["verl"], exp["resources"]
+    nodes, per_node = res["nodes"], res["gpus_per_node"]
+    gpus = nodes * per_node
+    P, G = grpo["prompts_per_step"], grpo["num_generations"]
+    mini = verl["ppo_mini_batch_size"]
+    micro = verl["ppo_micro_batch_size_per_gpu"]
+    logprob = verl["log_prob_micro_batch_size_per_gpu"]
+
+    if G < 2:
+        fail(f"grpo.num_generations = {G}: GRPO compares completions within a prompt's group, so it needs at least 2")
+    if verl["use_dynamic_bsz"]:
+        return
+    if (P * G) % gpus:
+        fail(
+            f"grpo.prompts_per_step × num_generations = {P} × {G} = {P * G} is not divisible by the {gpus} GPUs ({nodes} node(s) × {per_node}): verl rejects this; change prompts_per_step, num_generations or resources"
+        )
+    if mini > P:
+        fail(f"verl.ppo_mini_batch_size = {mini} exceeds grpo.prompts_per_step = {P}: make it ≤ {P}")
+    if P % mini:
+        fail(
+            f"grpo.prompts_per_step = {P} is not a multiple of verl.ppo_mini_batch_size = {mini}: each step would end in a padded partial update; use a divisor of {P}"
+        )
+    if (mini * G) % gpus:
+        fail(
+            f"verl.ppo_mini_batch_size × num_generations = {mini} × {G} = {mini * G} completions do not split over {gpus} GPUs: make it a multiple of {gpus}"
+        )
+    per_gpu = mini * G // gpus
+    if per_gpu % micro:
+        fail(
+            f"verl.ppo_micro_batch_size_per_gpu = {micro} does not divide the {per_gpu} completions each GPU gets per mini-batch ({mini} × {G} / {gpus} GPUs): use a divisor of {per_gpu}"
+        )
+    batch_per_gpu = P * G // gpus
+    if batch_per_gpu % logprob:
+        fail(
+            f"verl.log_prob_micro_batch_size_per_gpu = {logprob} does not divide the {batch_per_gpu} completions each GPU scores per step ({P} × {G} / {gpus} GPUs): use a divisor of {batch_per_gpu}"
+        )
+
+
+def _check_overrides(name: str, exp: dict, fail) -> None:
+    """Composing the overrides checks extra_overrides (Hydra syntax, keys grpoflow owns, legacy keys verl
+    ignores) and the rewards' part; paths are placeholders here. On several nodes, Ray's num_cpus is refused."""
     from grpoflow.backends.verl.overrides import build, parse_override
 
     build(
@@ -94,8 +106,9 @@ def check_verl_experiment(name: str, exp: dict, cfg=None) -> None:
         {"train": "train.parquet", "val": "val.parquet", "sft": "sft.json"},
         exp.get("checkpoint_dir") or "checkpoints",
     )
+    nodes = exp["resources"]["nodes"]
     if nodes > 1:
-        for i, text in enumerate(verl["extra_overrides"]):
+        for i, text in enumerate(exp["verl"]["extra_overrides"]):
             _, key, _ = parse_override(text, f"verl.extra_overrides[{i}]")
             if key == "ray_kwargs.ray_init.num_cpus":
                 fail(
@@ -106,8 +119,8 @@ def check_verl_experiment(name: str, exp: dict, cfg=None) -> None:
 def _check_numerics(exp: dict, fail) -> None:
     """bf16 master weights hold AdamW's updates only when they are at least half bf16's spacing at a weight's
     magnitude; below that (lr 1e-6 at |w| ≈ 0.016, spacing 1.2e-4) nearly every update rounds to zero and the run
-    "completes" with the SFT weights (grpoflow.backends.verl.memory.bf16_update_lost)."""
-    from grpoflow.backends.verl.memory import TYPICAL_WEIGHT, bf16_half_spacing, bf16_update_lost
+    "completes" with the SFT weights (grpoflow.backends.memory.bf16_update_lost)."""
+    from grpoflow.backends.memory import TYPICAL_WEIGHT, bf16_half_spacing, bf16_update_lost
 
     lr = exp["grpo"]["learning_rate"]
     if exp["verl"]["model_dtype"] == "bf16" and bf16_update_lost(lr) and not exp["checks"]["allow_bf16_master_weights"]:
@@ -126,7 +139,6 @@ def _check_gpu_memory(name: str, exp: dict, fail) -> None:
         return
     p = b.peak
     if not b.fits:
-        terms = ", ".join(f"{k} {v:.1f}" for k, v in p.terms.items() if v >= 0.05)
         fixes = []
         if "rollout" in p.name:
             if not exp["verl"]["param_offload"] or not exp["verl"]["optimizer_offload"]:
@@ -139,8 +151,8 @@ def _check_gpu_memory(name: str, exp: dict, fail) -> None:
             fixes.append("smaller verl.ppo_micro_batch_size_per_gpu / log_prob_micro_batch_size_per_gpu")
             fixes.append("more resources.nodes")
         fail(
-            f"resources.gpu_mem_gb = {exp['resources']['gpu_mem_gb']:g}: the estimated peak per GPU at {p.name} is {p.total:.1f} GiB of "
-            f"{b.capacity:.1f} ({terms}; {b.arch}); use {' or '.join(fixes)}, or checks.gpu_memory: false if you know better"
+            f"resources.gpu_mem_gb = {exp['resources']['gpu_mem_gb']:g}: {b.refusal()}; "
+            f"use {' or '.join(fixes)}, or checks.gpu_memory: false if you know better"
         )
     if not b.host_fits:
         fail(

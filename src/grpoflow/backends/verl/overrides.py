@@ -183,6 +183,13 @@ def reward_environment(rewards_cfg: dict) -> dict[str, str]:
 def build(exp: dict, experiment: str, inputs: dict, checkpoint_dir: str) -> list[Override]:
     """The overrides for one resolved experiment, in command order (grpoflow's, the rewards', then
     ``verl.extra_overrides`` last, each replacing an earlier override of the same key)."""
+    out = [_make(k, v, src) for k, v, src in _managed_items(exp, experiment, inputs, checkpoint_dir)]
+    out = _with_reward_overrides(out, exp)
+    return _with_extra_overrides(out, exp["verl"]["extra_overrides"])
+
+
+def _managed_items(exp: dict, experiment: str, inputs: dict, checkpoint_dir: str) -> list[tuple[str, Any, str | None]]:
+    """The table of what grpoflow sets: (verl key, value, the config key it comes from or None when fixed)."""
     grpo, verl, res = exp["grpo"], exp["verl"], exp["resources"]
     rollout = verl["rollout"]
     val = inputs.get("val")
@@ -299,14 +306,25 @@ def build(exp: dict, experiment: str, inputs: dict, checkpoint_dir: str) -> list
         ("trainer.project_name", verl["project_name"], "verl.project_name"),
         ("trainer.experiment_name", experiment, "experiments (its name)"),
     ]
-    out = [_make(k, v, src) for k, v, src in items]
-    for text in reward_overrides(exp["rewards"], max_response_length=grpo["max_response_length"]):
+    return items
+
+
+def _with_reward_overrides(out: list[Override], exp: dict) -> list[Override]:
+    """``out`` with the rewards' overrides (reward function, manager, estimator) in, an absolute path inside the
+    working dir written relative."""
+    for text in reward_overrides(exp["rewards"], max_response_length=exp["grpo"]["max_response_length"]):
         prefix, key, value = parse_override(text, "grpoflow.backends.verl.overrides.reward_overrides()")
         path = _checkout_path(value or "")
         new = _make(key, run_path(path), "rewards") if path else Override(key, value or "", "rewards", prefix)
         out = _replace(out, new)
+    return out
+
+
+def _with_extra_overrides(out: list[Override], extra_overrides: list[str]) -> list[Override]:
+    """``out`` with ``verl.extra_overrides`` last; refused when one sets a key grpoflow derives from the config or
+    one verl 0.9.1 ignores."""
     managed = {o.key: o.source for o in out if o.source}
-    for i, text in enumerate(verl["extra_overrides"]):
+    for i, text in enumerate(extra_overrides):
         where = f"verl.extra_overrides[{i}]"
         prefix, key, value = parse_override(text, where)
         if key in managed:

@@ -378,17 +378,7 @@ def train(
     if not trainer_argv:
         raise GrpoflowError("no verl command after `--`")
     ov = parse_overrides(trainer_argv)
-    envcheck.log_interpreter()
-    if is_main_ppo(trainer_argv):  # what main_ppo imports, checked in the interpreter that will run it
-        if os.environ.get(SKIP_ENV_CHECK) == "1":
-            log.warning(
-                "%s=1: environment check skipped; verl fails at its own import if a package is missing", SKIP_ENV_CHECK
-            )
-        else:
-            envcheck.check("train-verl", ov)
-        gpucheck.checked("train_grpo (backend verl)", marker)
-    preflight(ov)
-    log.info("%s", memory_estimate(ov))  # the config-load GPU-memory estimate, redone with the model's config.json
+    _check_before_launch(trainer_argv, ov, marker)
     planned = int(ov["trainer.total_training_steps"])
     ckpt = ov["trainer.default_local_dir"]
     nodes = int(ov.get("trainer.nnodes", "1"))
@@ -416,76 +406,119 @@ def train(
         if finished:
             log.info("%s already holds the final step %d: not relaunching verl", ckpt, planned)
         else:
-            log.info(
-                "checkpoint dir %s: %s",
-                ckpt,
-                f"resuming from step {before}" if before else "no checkpoint yet, training from step 0",
-            )
-            stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-            logfile = Path(
-                ckpt, vm.METRICS_SUBDIR, f"attempt-{stamp}-{os.environ.get('SLURM_JOB_ID', os.getpid())}.jsonl"
-            ).absolute()
-            logfile.parent.mkdir(parents=True, exist_ok=True)
-            threads = worker_threads(gpus_per_node)
-            if threads:
-                log.info(
-                    "OMP_NUM_THREADS=%s for verl's workers (the job's CPUs per node / %d GPUs)",
-                    threads["OMP_NUM_THREADS"],
-                    gpus_per_node,
-                )
-            else:
-                log.info("OMP_NUM_THREADS=%s for verl's workers (as set for them)", os.environ["OMP_NUM_THREADS"])
-            env = {**os.environ, **threads, "VERL_FILE_LOGGER_PATH": str(logfile)}
-            started = time.monotonic()
-            try:
-                with step_progress(logfile, planned), rotating(ckpt, ov, planned):
-                    rc = run_trainer(trainer_argv, nodes, gpus_per_node, env)
-            except Interrupted as stop:
-                last = ck.latest_step(ckpt)
-                raise GrpoflowError(
-                    f"training stopped by {stop.signame} at {_progress(last, planned)}: rerun to resume from it (SLURM requeue does so automatically)"
-                )
-            finally:
-                rotate(ckpt, ov, planned)
-            after = ck.latest_step(ckpt)
-            if rc != 0:
-                raise GrpoflowError(
-                    f"verl exited with status {rc} (its error is above in this log); {_progress(after, planned)}: fix the cause and rerun to resume"
-                )
-            if after != planned:
-                ran = "0 steps" if after == before else f"up to step {after}"
-                raise GrpoflowError(
-                    f"verl exited 0 but ran {ran} of the planned {planned} (checkpoint dir {ckpt}): not complete; check `Total training steps` above (data smaller than expected? a resume at an epoch boundary?)"
-                )
-            log.info("verl reached step %d/%d in %.0f s", after, planned, time.monotonic() - started)
-
-        rows = vm.collect(vm.attempt_files(ckpt), planned)
-        if not rows:
-            log.warning(
-                "no per-step metrics found under %s/%s (was trainer.logger stripped of 'file'?)",
-                ckpt,
-                vm.METRICS_SUBDIR,
-            )
-        write_metrics(metrics_out, rows)
-        prov = provenance(None)
-        prov["config_hash"] = config_hash
-        record = write_marker(
-            marker,
-            experiment=experiment,
-            backend="verl",
-            planned_steps=planned,
-            final_step=planned,
-            checkpoint_dir=_display(ckpt),
-            final_checkpoint=_display(str(Path(ckpt) / f"global_step_{planned}")),
-            nodes=nodes,
-            gpus_per_node=gpus_per_node,
-            trainer_command=trainer_argv,
-            metrics_summary=vm.summary(rows),
-            settings_history=rec.get("history", []),
-            provenance=prov,
+            _run_attempt(trainer_argv, ov, before, nodes, gpus_per_node)
+        record = _write_outputs(
+            trainer_argv, ov, (nodes, gpus_per_node), marker, metrics_out, config_hash, rec.get("history", [])
         )
         log.info("training complete: %s", marker)
         return record
+
+
+def _check_before_launch(trainer_argv: list[str], ov: dict[str, str], marker: str) -> None:
+    """The environment (for main_ppo), the GPUs, the command's settings and the GPU-memory estimate, checked
+    before verl starts."""
+    envcheck.log_interpreter()
+    if is_main_ppo(trainer_argv):  # what main_ppo imports, checked in the interpreter that will run it
+        if os.environ.get(SKIP_ENV_CHECK) == "1":
+            log.warning(
+                "%s=1: environment check skipped; verl fails at its own import if a package is missing", SKIP_ENV_CHECK
+            )
+        else:
+            envcheck.check("train-verl", ov)
+        gpucheck.checked("train_grpo (backend verl)", marker)
+    preflight(ov)
+    log.info("%s", memory_estimate(ov))  # the config-load GPU-memory estimate, redone with the model's config.json
+
+
+def _run_attempt(
+    trainer_argv: list[str], ov: dict[str, str], before: int | None, nodes: int, gpus_per_node: int
+) -> None:
+    """One verl attempt from checkpoint step ``before`` to the planned step, its metrics logged to a file of its
+    own; raises when it is stopped, fails, or ends short of the planned step."""
+    planned = int(ov["trainer.total_training_steps"])
+    ckpt = ov["trainer.default_local_dir"]
+    log.info(
+        "checkpoint dir %s: %s",
+        ckpt,
+        f"resuming from step {before}" if before else "no checkpoint yet, training from step 0",
+    )
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    logfile = Path(
+        ckpt, vm.METRICS_SUBDIR, f"attempt-{stamp}-{os.environ.get('SLURM_JOB_ID', os.getpid())}.jsonl"
+    ).absolute()
+    logfile.parent.mkdir(parents=True, exist_ok=True)
+    threads = worker_threads(gpus_per_node)
+    if threads:
+        log.info(
+            "OMP_NUM_THREADS=%s for verl's workers (the job's CPUs per node / %d GPUs)",
+            threads["OMP_NUM_THREADS"],
+            gpus_per_node,
+        )
+    else:
+        log.info("OMP_NUM_THREADS=%s for verl's workers (as set for them)", os.environ["OMP_NUM_THREADS"])
+    env = {**os.environ, **threads, "VERL_FILE_LOGGER_PATH": str(logfile)}
+    started = time.monotonic()
+    try:
+        with step_progress(logfile, planned), rotating(ckpt, ov, planned):
+            rc = run_trainer(trainer_argv, nodes, gpus_per_node, env)
+    except Interrupted as stop:
+        last = ck.latest_step(ckpt)
+        raise GrpoflowError(
+            f"training stopped by {stop.signame} at {_progress(last, planned)}: rerun to resume from it (SLURM requeue does so automatically)"
+        )
+    finally:
+        rotate(ckpt, ov, planned)
+    after = ck.latest_step(ckpt)
+    if rc != 0:
+        raise GrpoflowError(
+            f"verl exited with status {rc} (its error is above in this log); {_progress(after, planned)}: fix the cause and rerun to resume"
+        )
+    if after != planned:
+        ran = "0 steps" if after == before else f"up to step {after}"
+        raise GrpoflowError(
+            f"verl exited 0 but ran {ran} of the planned {planned} (checkpoint dir {ckpt}): not complete; check `Total training steps` above (data smaller than expected? a resume at an epoch boundary?)"
+        )
+    log.info("verl reached step %d/%d in %.0f s", after, planned, time.monotonic() - started)
+
+
+def _write_outputs(
+    trainer_argv: list[str],
+    ov: dict[str, str],
+    layout: tuple[int, int],
+    marker: str,
+    metrics_out: str,
+    config_hash: str | None,
+    settings_history: list,
+) -> dict:
+    """The per-step metrics of every attempt (``metrics_out``) and the completion marker; returns the marker.
+    ``layout``: (nodes, GPUs per node)."""
+    planned = int(ov["trainer.total_training_steps"])
+    ckpt = ov["trainer.default_local_dir"]
+    rows = vm.collect(vm.attempt_files(ckpt), planned)
+    if not rows:
+        log.warning(
+            "no per-step metrics found under %s/%s (was trainer.logger stripped of 'file'?)",
+            ckpt,
+            vm.METRICS_SUBDIR,
+        )
+    write_metrics(metrics_out, rows)
+    prov = provenance(None)
+    prov["config_hash"] = config_hash
+    return write_marker(
+        marker,
+        experiment=ov["trainer.experiment_name"],
+        backend="verl",
+        planned_steps=planned,
+        final_step=planned,
+        checkpoint_dir=_display(ckpt),
+        final_checkpoint=_display(str(Path(ckpt) / f"global_step_{planned}")),
+        nodes=layout[0],
+        gpus_per_node=layout[1],
+        trainer_command=trainer_argv,
+        metrics_summary=vm.summary(rows),
+        settings_history=settings_history,
+        provenance=prov,
+    )
 
 
 def _progress(step: int | None, planned: int) -> str:
