@@ -3,7 +3,8 @@ Tunix 0.1.7's flash attention against its plain attention (trainer path and samp
 
 Run in the Tunix environment (no TPU needed; ~4 minutes on two loaded cores):
 
-    JAX_PLATFORMS=cpu .venv-tunix/bin/python benchmarks/tunix_memory.py
+    JAX_PLATFORMS=cpu .venv-tunix/bin/python benchmarks/tunix_memory.py               # parts 1 and 2
+    JAX_PLATFORMS=cpu .venv-tunix/bin/python benchmarks/tunix_memory.py --train-step  # part 3 only (~1 minute)
 
 1. XLA's buffer assignment (``compiled.memory_analysis().temp_size_in_bytes``) of Tunix's own GRPO loss and its
    gradient (``tunix.rl.algo_core.grpo_loss_fn`` under ``jax.value_and_grad``, as ``PeftTrainer._train_step`` runs
@@ -16,25 +17,55 @@ Run in the Tunix environment (no TPU needed; ~4 minutes on two loaded cores):
    Qwen3: Tunix's training path (``compute_per_token_logps``, which passes the prompts' non-pad mask as segment ids)
    agrees; its sampler's prefill does not once prompts are left-padded (it passes no segment ids), and agrees when
    they are not.
+3. ``--train-step``: XLA's buffer assignment of Tunix's whole train step for recipe 003 (its resolved config:
+   fp32 weights and AdamW moments, bf16 activations, decoder remat, 1 prompt × 2 completions; grpoflow's optimizer
+   from ``backends/tunix/runner._optimizer``: clip_by_global_norm + adamw under inject_hyperparams, no MultiSteps
+   since grpoflow sets no micro-batch): ``PeftTrainer._train_step`` itself (GRPO loss + gradient, global norm,
+   ``nnx.Optimizer.update``) under ``nnx.jit(..., donate_argnames=("optimizer",))`` as
+   ``PeftTrainer.jit_train_and_eval_step`` jits it, at Qwen3-8B's widths and full vocabulary, 2 and 4 layers, on
+   one device and on four CPU devices with the recipe's v5p-8 mesh (fsdp 1 × tp 4, every state placed as Tunix's
+   loader places the weights; the SPMD-partitioned program's sizes are per device), for 16 + 16 tokens (the states
+   alone) and the recipe's 256 + 1,024. Only the optimizer is donated: the model's weights are not, so the new
+   weights get output buffers of their own. What must be resident at once is arguments + outputs - aliased +
+   temporaries; it is compared with the terms of the estimate's optimizer-step and update phases that the step
+   holds (the reference and the runtime reserve lie outside it), per layer and at 36 layers. XLA:CPU is not
+   XLA:TPU (its fusion, scheduling and buffer assignment differ; it does not honour remat, see 1).
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import copy
 import functools
 import os
+import sys
+import types
+from dataclasses import asdict
+from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Part 3 also compiles for recipe 003's mesh on its v5p-8 (fsdp 1 × tp 4): four CPU devices, set before JAX starts.
+TRAIN_STEP_DEVICES = 4
+if "--train-step" in sys.argv:
+    os.environ["XLA_FLAGS"] = (
+        f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={TRAIN_STEP_DEVICES}"
+    )
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+import yaml  # noqa: E402
 from flax import nnx  # noqa: E402
 from tunix.models.qwen3 import model as qm  # noqa: E402
 from tunix.rl import algo_core, common  # noqa: E402
 from tunix.rl.grpo import grpo_learner  # noqa: E402
+from tunix.sft import peft_trainer  # noqa: E402
 
 from grpoflow.backends.tunix import memory  # noqa: E402
-from grpoflow.backends.verl.memory import PRESETS  # noqa: E402
+from grpoflow.backends.tunix.runner import _optimizer  # noqa: E402
+from grpoflow.backends.verl.memory import GIB, PRESETS  # noqa: E402
+from grpoflow.config import resolve_config  # noqa: E402
 
 MIB = 2**20
 
@@ -170,7 +201,167 @@ def flash_attention() -> None:
             )
 
 
+RECIPE = Path(__file__).resolve().parents[1] / "config" / "qwen3-8b-gsm8k-tunix.yaml"
+RECIPE_NAME = "qwen3-8b-gsm8k-tunix"
+
+
+def train_step_sizes(exp: dict, cfg, prompt: int, response: int, mesh=None) -> dict[str, int]:
+    """memory_analysis() of Tunix's whole train step (loss, gradient, optimizer update) for ``exp``'s optimizer and
+    GRPO settings, from abstract shapes: argument, output, alias and temp bytes, the peak (per device when ``mesh``
+    shards it as Tunix's model sharding does) and the weights' count (whole)."""
+    grpo, tunix = exp["grpo"], exp["tunix"]
+    tx = _optimizer(grpo, tunix)
+
+    def build():
+        model = qm.Qwen3(cfg, rngs=nnx.Rngs(0))
+        return model, nnx.Optimizer(model, tx, wrt=nnx.Param)  # as PeftTrainer.__init__ builds it (no LoRA)
+
+    model, optimizer = nnx.eval_shape(build)
+    if mesh is not None:
+        # Every state placed as Tunix's loader places the weights (safetensors_loader: nnx.get_named_sharding of the
+        # abstract model); AdamW's moments carry their weights' sharding, as after PeftTrainer._shard_optimizer.
+        for node in (model, optimizer):
+            state = nnx.state(node)
+            placed = jax.tree.map(
+                lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                state,
+                nnx.get_named_sharding(state, mesh),
+            )
+            nnx.update(node, placed)
+    algo = grpo_learner.GRPOConfig(
+        num_generations=grpo["num_generations"],
+        num_iterations=1,
+        beta=grpo["kl_coef"],
+        epsilon=grpo["clip_ratio"],
+        loss_agg_mode=tunix["loss_agg_mode"],
+    )
+    algo.epsilon_high, algo.temperature = grpo["clip_ratio"], grpo["temperature"]
+    # Stands in for the actor's rl.trainer.Trainer instance: the four attributes PeftTrainer._train_step reads, as
+    # GRPOLearner.__init__ sets them (with_loss_fn(..., has_aux=True), with_gen_model_input_fn) for a full fine-tune;
+    # the step itself is Tunix's own.
+    trainer = types.SimpleNamespace(
+        loss_fn=lambda model, train_example, algo_config: algo_core.grpo_loss_fn(
+            model, train_example, algo_config=algo_config, pad_id=0, eos_id=1
+        ),
+        gen_model_input_fn=lambda x: {"train_example": x, "algo_config": algo},
+        _lora_enabled=False,
+        _has_aux=True,
+    )
+
+    def train_step(model, optimizer, inputs):
+        return peft_trainer.PeftTrainer._train_step(trainer, model, optimizer, inputs)
+
+    n, shape = grpo["prompts_per_step"] * grpo["num_generations"], jax.ShapeDtypeStruct
+    example = common.TrainExample(
+        prompt_ids=shape((n, prompt), jnp.int32),
+        prompt_mask=shape((n, prompt), jnp.int32),
+        completion_ids=shape((n, response), jnp.int32),
+        completion_mask=shape((n, response), jnp.int32),
+        advantages=shape((n,), jnp.float32),
+        ref_per_token_logps=shape((n, response), jnp.float32),
+        old_per_token_logps=None,
+    )
+    jitted = nnx.jit(train_step, donate_argnames=("optimizer",))  # PeftTrainer.jit_train_and_eval_step's jit
+    # Tunix's model code constrains activations through the legacy mesh context, as in flash_attention() below.
+    with mesh if mesh is not None else contextlib.nullcontext():
+        m = jitted.lower(model, optimizer, example).compile().memory_analysis()
+    sizes = {
+        "args": m.argument_size_in_bytes,
+        "out": m.output_size_in_bytes,
+        "alias": m.alias_size_in_bytes,
+        "temp": m.temp_size_in_bytes,
+    }
+    sizes["peak"] = sizes["args"] + sizes["out"] - sizes["alias"] + sizes["temp"]
+    sizes["weights"] = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    return sizes
+
+
+# The estimate's terms that lie outside the train step's program: the reference model, the runtime reserve, vLLM.
+OUTSIDE_THE_STEP = ("reference", "runtime", "vLLM (util × HBM)")
+
+
+def estimate_held(exp: dict, tpu, mesh: dict, layers: int, phase: str, tokens: tuple[int, int], remat: str) -> dict:
+    """The terms (bytes per chip) of the estimate's ``phase`` that the train step holds, for Qwen3-8B with
+    ``layers`` layers on ``tpu`` with ``mesh``, sequences of ``tokens`` (prompt, response) and ``remat``."""
+    one = copy.deepcopy(exp)
+    arch = asdict(PRESETS["qwen3-8b"])
+    arch.pop("name")
+    one["architecture"] = {**arch, "num_layers": layers}
+    one["tunix"].update(mesh=mesh, remat=remat)
+    one["grpo"].update(max_prompt_length=tokens[0], max_response_length=tokens[1])
+    terms = next(p for p in memory.estimate(RECIPE_NAME, one, tpu).phases if p.name == phase).terms
+    return {k: v * GIB for k, v in terms.items() if k not in OUTSIDE_THE_STEP and v}
+
+
+def train_step() -> None:
+    exp = resolve_config(yaml.safe_load(RECIPE.read_text())).experiment(RECIPE_NAME)
+    tunix, grpo = exp["tunix"], exp["grpo"]
+    dtypes = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+    tpu = memory.TPUS[tunix["tpu"]]
+    fsdp, tp = memory.mesh_shape(tunix, tpu.chips)
+    assert jax.device_count() == tpu.chips == fsdp * tp, (jax.device_count(), tpu)
+
+    def cfg(layers: int):
+        c = qm.ModelConfig.qwen3_8b()
+        c.num_layers, c.remat_config = layers, qm.RematConfig[tunix["remat"].upper()]
+        c.dtype, c.param_dtype = dtypes[tunix["compute_dtype"]], dtypes[tunix["param_dtype"]]
+        return c
+
+    n, layers = grpo["prompts_per_step"] * grpo["num_generations"], PRESETS["qwen3-8b"].num_layers
+    print(
+        f"Tunix's whole train step for recipe 003 (param {tunix['param_dtype']}, compute {tunix['compute_dtype']}, "
+        f"remat {tunix['remat']}, {n} sequences; the optimizer donated, the model not), Qwen3-8B widths, XLA:CPU; "
+        "peak = args + out - alias + temp, per device; B per weight = per device / the device's share of the weights:"
+    )
+    axes = (jax.sharding.AxisType.Auto,) * 2
+    runs = (
+        ("one device", None, memory.Tpu("one device", 1, 10_000), {"fsdp": 1, "tp": 1}),
+        (
+            f"{tpu.chips} devices, recipe 003's {tpu.name} mesh fsdp {fsdp} × tp {tp}",
+            jax.make_mesh((fsdp, tp), ("fsdp", "tp"), axis_types=axes),
+            tpu,
+            tunix["mesh"],
+        ),
+    )
+    for label, mesh, chip, mesh_cfg in runs:
+        share = 1 if mesh is None else mesh.size
+        for tokens in ((16, 16), (grpo["max_prompt_length"], grpo["max_response_length"])):
+            two, four = (train_step_sizes(exp, cfg(k), *tokens, mesh=mesh) for k in (2, 4))
+            layer = {k: (four[k] - two[k]) / 2 for k in two}
+            fixed = {k: two[k] - 2 * layer[k] for k in two}
+            print(f"  {label}, {tokens[0]} + {tokens[1]} tokens:")
+            for name, d in (("2 layers", two), ("4 layers", four), ("per layer", layer), ("fixed part", fixed)):
+                per = ", ".join(
+                    f"{k} {d[k] * share / d['weights']:.2f}" for k in ("args", "out", "alias", "temp", "peak")
+                )
+                print(
+                    f"    {name}: args {d['args'] / GIB:.2f} GiB, out {d['out'] / GIB:.2f}, alias "
+                    f"{d['alias'] / GIB:.2f}, temp {d['temp'] / GIB:.2f}, peak {d['peak'] / GIB:.3f}; "
+                    f"{d['weights'] / 1e6:.1f} M weights: {per} B per weight"
+                )
+            measured = fixed["peak"] + layers * layer["peak"]
+            # XLA:CPU keeps every layer's activations whatever the remat (see activations()): the update phase is
+            # compared as the estimate counts it without remat.
+            for phase, remat in (("optimizer step", tunix["remat"]), ("update", "none")):
+                held = {k: estimate_held(exp, chip, mesh_cfg, k, phase, tokens, remat) for k in (2, 4, layers)}
+                est_layer = (sum(held[4].values()) - sum(held[2].values())) / 2
+                estimated = sum(held[layers].values())
+                terms = " + ".join(f"{k} {v / GIB:.2f}" for k, v in held[layers].items())
+                print(
+                    f"    estimate's {phase} (remat {remat}): per layer {est_layer / GIB:.3f} GiB, XLA:CPU "
+                    f"{(layer['peak'] - est_layer) / est_layer:+.1%}; {layers} layers + embeddings: {terms} = "
+                    f"{estimated / GIB:.2f} GiB, XLA:CPU {measured / GIB:.2f} GiB "
+                    f"({(measured - estimated) / estimated:+.1%})"
+                )
+
+
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--train-step", action="store_true", help="part 3 only: Tunix's whole train step")
+    args = parser.parse_args()
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}")
-    activations()
-    flash_attention()
+    if args.train_step:
+        train_step()
+    else:
+        activations()
+        flash_attention()

@@ -102,13 +102,17 @@ def evaluation_container(wildcards):
 if "tpu" not in workflow.global_resources:
     workflow.register_resource("tpu", 1)
 
+from grpoflow import backends as _backends
+from grpoflow.evaluation.backends import evaluation_backend as _evaluation_backend
+
 
 def experiment_tpu(wildcards):
-    return 1 if exp(wildcards)["backend"] == "tunix" else 0
+    e = exp(wildcards)
+    return 1 if _backends.of(e).accelerator(e) == _backends.TPU else 0
 
 
 def evaluation_tpu():
-    return 1 if CFG.evaluation["backend"] == "tunix" else 0
+    return 1 if _evaluation_backend(CFG.evaluation["backend"]).accelerator == _backends.TPU else 0
 
 
 # The TPU a job was declared for, exported as GRPOFLOW_TUNIX_TPU: the job stops at its start when JAX runs on
@@ -148,10 +152,25 @@ def training_inputs(wildcards):
     return training_paths(wildcards.experiment)[0]
 
 
+def _gpu_retry(rule, output, attempt):
+    """How attempt ``attempt`` of a GPU job writing ``output`` asks again after its GPU check failed
+    (grpoflow.gpucheck.retry_plan): on other nodes, or failing at once."""
+    return _gpucheck.retry_plan(output, attempt, not _gpucheck.site_overrides_slurm_extra(workflow, rule))
+
+
+def train_retry(wildcards, attempt):
+    return _gpu_retry("train_grpo", training_paths(wildcards.experiment)[1]["marker"], attempt)
+
+
+def evaluate_retry(wildcards, attempt):
+    return _gpu_retry("evaluate", f"{RESULTS}/{wildcards.model}/eval/{wildcards.benchmark}.json", attempt)
+
+
 def train_resources(wildcards, attempt=1):
-    """The experiment's request; a retry after a failed GPU check (grpoflow.gpucheck) asks for one CPU and no GPU,
-    and fails at once naming that check, instead of queueing for the same GPUs to fail the same way."""
-    if _gpucheck.retry_request(training_paths(wildcards.experiment)[1]["marker"], attempt):
+    """The experiment's request (also for a retry on other nodes after a failed GPU check); a retry that must not
+    queue for GPUs again (grpoflow.gpucheck.retry_plan) asks for one CPU and no GPU, and fails at once naming the
+    check."""
+    if train_retry(wildcards, attempt).fail_fast:
         return _gpucheck.RETRY_REQUEST
     return _slurm_resources(exp(wildcards)["resources"])
 
@@ -166,9 +185,34 @@ def train_runtime(wildcards, attempt):
 
 
 def evaluate_gpus(wildcards, attempt):
-    if _gpucheck.retry_request(f"{RESULTS}/{wildcards.model}/eval/{wildcards.benchmark}.json", attempt):
+    if evaluate_retry(wildcards, attempt).fail_fast:
         return None
     return CFG.evaluation["resources"]["gpus"]
+
+
+def gpu_slurm_extra(retry):
+    """The slurm_extra resource of a GPU job whose retry plan is ``retry(wildcards, attempt)``: the profile's
+    default-resources slurm_extra, plus --exclude naming the nodes its GPU check failed on (grpoflow.gpucheck)."""
+
+    def slurm_extra(wildcards, input, attempt, threads, rulename, async_run):
+        aux = dict(input=input, attempt=attempt, threads=threads, rulename=rulename, async_run=async_run)
+        site = _gpucheck.site_slurm_extra(workflow, wildcards, **aux)
+        nodes = retry(wildcards, attempt).exclude
+        return _gpucheck.slurm_extra(site, nodes, _gpucheck.plugin_excluded_nodes(workflow) if nodes else [])
+
+    return slurm_extra
+
+
+def warn_gpu_retries_without_exclusion():
+    """set-resources' slurm_extra for train_grpo or evaluate replaces their own, and with it the --exclude of a
+    retry: said at start (the retry then fails at once, as without SLURM)."""
+    if workflow.is_main_process:
+        for name in ("train_grpo", "evaluate"):
+            if _gpucheck.site_overrides_slurm_extra(workflow, name):
+                print(f"grpoflow: {_gpucheck.override_warning(name)}", file=sys.stderr)
+
+
+warn_gpu_retries_without_exclusion()
 
 
 # ---- SFT start ------------------------------------------------------------------------------------------------
@@ -280,27 +324,21 @@ from grpoflow.report import experiment_rewards as _experiment_rewards
 from grpoflow.report import experiment_summary as _experiment_summary
 from grpoflow.report import samples_path
 from grpoflow.report import seed_groups as _seed_groups
-from grpoflow.backends.verl.memory import summary as _training_summary
-from grpoflow.backends.tunix.memory import summary as _tunix_summary
-from grpoflow.backends.trl.commandline import summary as _trl_summary
 
 
 def print_training_summaries():
-    """Each verl experiment's GPU-memory estimate and what a time limit costs
-    (grpoflow.backends.verl.memory.summary), each TRL-on-GPU experiment's launch and estimate
-    (grpoflow.backends.trl.commandline.summary), and each tunix experiment's HBM estimate for its tunix.tpu
-    (grpoflow.backends.tunix.memory.summary), one line each on stderr when the config loads: so `snakemake -n -p`
-    shows them above the jobs (and `--dag` output on stdout stays a graph). Not a param or message: editing the estimate's constants must not retrain, and the
-    usual listing of train_grpo jobs stays. Only the main process prints: the jobs' own Snakemake does not."""
+    """Each experiment's line from its backend's `summary` (grpoflow.backends: verl's GPU-memory estimate and what a
+    time limit costs, a TRL-on-GPU experiment's launch and estimate, a tunix experiment's HBM estimate for its
+    tunix.tpu; none for TRL on the CPU or tunix without a TPU), one line each on stderr when the config loads: so
+    `snakemake -n -p` shows them above the jobs (and `--dag` output on stdout stays a graph). Not a param or
+    message: editing the estimate's constants must not retrain, and the usual listing of train_grpo jobs stays.
+    Only the main process prints: the jobs' own Snakemake does not."""
     if not workflow.is_main_process:
         return
     for name, e in CFG.experiments.items():
-        if e["backend"] == "verl":
-            print(f"grpoflow: {_training_summary(name, e)}", file=sys.stderr)
-        elif e["backend"] == "tunix" and e["tunix"]["tpu"]:
-            print(f"grpoflow: {_tunix_summary(name, e)}", file=sys.stderr)
-        elif e["backend"] == "trl" and not e["trl"]["use_cpu"]:
-            print(f"grpoflow: {_trl_summary(name, e)}", file=sys.stderr)
+        line = _backends.of(e).summary(name, e)
+        if line:
+            print(f"grpoflow: {line}", file=sys.stderr)
 
 
 def preflight():

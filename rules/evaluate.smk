@@ -16,11 +16,11 @@ rule evaluate:
         evaluation_container
     threads: CFG.evaluation["resources"]["cpus_per_task"]
     resources:
-        # A retry after a failed GPU check asks for no GPU (grpoflow.gpucheck).
+        # After a failed GPU check (grpoflow.gpucheck.retry_plan): the GPUs again on other nodes (--exclude, added
+        # to default-resources' slurm_extra), or no GPU and fail at once.
         gpu=evaluate_gpus,
-        gpu_check_retry=lambda wc, attempt: int(
-            _gpucheck.retry_request(f"{RESULTS}/{wc.model}/eval/{wc.benchmark}.json", attempt)
-        ),
+        gpu_check_retry=lambda wc, attempt: evaluate_retry(wc, attempt).env,
+        slurm_extra=gpu_slurm_extra(evaluate_retry),
         cpus_per_task=CFG.evaluation["resources"]["cpus_per_task"],
         mem_mb=CFG.evaluation["resources"]["mem_mb"],
         runtime=CFG.evaluation["resources"]["runtime"],

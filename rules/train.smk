@@ -43,8 +43,10 @@ rule train_grpo:
         # resources.runtime for the first attempt, resources.retry_runtime for the profile's retries.
         runtime=train_runtime,
         tpu=experiment_tpu,
-        # 1 only for a retry after a failed GPU check: the job then fails at once (grpoflow.gpucheck.RETRY_ENV).
-        gpu_check_retry=lambda wc, attempt: train_resources(wc, attempt).get("gpu_check_retry", 0),
+        # After a failed GPU check (grpoflow.gpucheck.retry_plan): the job's RETRY_ENV (2: a retry on other nodes,
+        # 1: fail at once) and the --exclude of the nodes it failed on, added to default-resources' slurm_extra.
+        gpu_check_retry=lambda wc, attempt: train_retry(wc, attempt).env,
+        slurm_extra=gpu_slurm_extra(train_retry),
     params:
         # A function of the wildcards only: Snakemake ignores params that take input/output when it decides
         # reruns, and a changed training setting must rerun training.

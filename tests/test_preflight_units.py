@@ -41,7 +41,12 @@ def test_gres_types_and_an_old_five_field_line():
 
 
 def test_a_32b_checkpoint_is_393_gb_with_fp32_masters():
-    exp = {"architecture": "qwen3-32b", "verl": {"model_dtype": "fp32"}, "grpo": {"lora": {"rank": 0}}}
+    exp = {
+        "backend": "verl",
+        "architecture": "qwen3-32b",
+        "verl": {"model_dtype": "fp32"},
+        "grpo": {"lora": {"rank": 0}},
+    }
     size, how = checkpoint_bytes(exp)
     assert round(size / 1e9) == 393 and "fp32 params + AdamW state" in how
     assert round(checkpoint_bytes({**exp, "verl": {"model_dtype": "bf16"}})[0] / 1e9) == 197
@@ -83,7 +88,7 @@ def test_gpu_check_driver_against_cuda_and_compute_mode(tmp_path):
     fake.mkdir()
     (fake / "nvidia-smi").write_text("#!/bin/sh\necho '0, 580.82.07, Exclusive_Process'\n")
     (fake / "nvidia-smi").chmod(0o755)
-    env = {"PATH": f"{fake}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "0"}
+    env = {"PATH": f"{fake}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "0", gpucheck.NODE_ENV: ""}  # no SLURM
     with mock_env(env), pytest.raises(GrpoflowError, match="compute mode"):
         gpucheck.checked("j", out)
     assert gpucheck.retry_request(str(out), 2) and not gpucheck.retry_request(str(out), 1)
@@ -340,6 +345,84 @@ def test_the_gpu_check_has_its_own_off_switch_named_in_its_refusal(tmp_path):
         assert not gpucheck.retry_request(str(out), 2)  # the retry asks for the full request again
         gpucheck.checked("j", out)
     assert not gpucheck.record_path(out).exists()
+
+
+def test_a_failed_gpu_check_is_retried_on_other_nodes_until_one_failure_is_seen_on_two(tmp_path):
+    """Issue 30 (one bad node fails the whole run): the job's check (a stand-in nvidia-smi, SLURMD_NODENAME as slurmd
+    sets it) on each attempt, with the retry plan the rule's resources take from its record. A failure on one node
+    retries elsewhere; a different failure on a second node is that node's too (both excluded); the first failure
+    seen again on a third node is not the node: fail fast, naming both nodes."""
+    from grpoflow import gpucheck
+    from grpoflow.errors import GrpoflowError
+
+    out = tmp_path / "training_complete.json"
+    fake = tmp_path / "bin"
+    exclusive, off_the_bus = "0, 580.82.07, Exclusive_Process", None
+
+    def attempt(n: int, node: str, answer: str | None) -> gpucheck.Retry:
+        plan = gpucheck.retry_plan(out, n)
+        if answer:
+            stand_in_nvidia_smi(fake, answer)
+        else:  # nvidia-smi fails: a GPU fallen off the bus
+            fake.mkdir(exist_ok=True)
+            (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'Unable to determine the device handle' >&2\nexit 15\n")
+        env = {"PATH": f"{fake}:{os.environ['PATH']}", gpucheck.NODE_ENV: node, gpucheck.RETRY_ENV: str(plan.env)}
+        with mock_env(env), pytest.raises(GrpoflowError):
+            gpucheck.checked("j", out)
+        return plan
+
+    assert attempt(1, "n1", exclusive) == gpucheck.Retry()
+    assert attempt(2, "n2", off_the_bus) == gpucheck.Retry(exclude=("n1",))
+    assert attempt(3, "n3", exclusive) == gpucheck.Retry(exclude=("n1", "n2"))
+    assert gpucheck.retry_plan(out, 4) == gpucheck.Retry(fail_fast=True)
+    with mock_env({gpucheck.RETRY_ENV: str(gpucheck.FAIL_FAST)}), pytest.raises(GrpoflowError) as err:
+        gpucheck.checked("j", out)
+    assert str(err.value).startswith(
+        "not retried on a GPU node: the same GPU check failed on nodes n1 and n3 (j: compute mode GPU 0: Exclusive_Process"
+    ), err.value
+    # A new snakemake call (attempt 1) checks again and replaces the record; a node seen twice (the exclusion did not
+    # reach sbatch) or a profile that replaces the rule's slurm_extra fails fast after the first failure.
+    assert attempt(1, "n1", exclusive) == gpucheck.Retry() and len(gpucheck.read_record(gpucheck.record_path(out))) == 1
+    assert gpucheck.retry_plan(out, 2, exclusion_reaches_sbatch=False) == gpucheck.Retry(fail_fast=True)
+    attempt(2, "n1", exclusive)
+    assert gpucheck.retry_plan(out, 3).fail_fast
+
+
+def test_the_exclusion_is_added_to_the_sites_slurm_extra():
+    """The rule's slurm_extra replaces default-resources' (Snakemake 9.27.1 workflow.py:1966-2004), and sbatch keeps
+    the last --exclude: the site's flags stay, and nodes the site or the SLURM plugin excludes join the one flag."""
+    from grpoflow.gpucheck import slurm_extra
+
+    assert slurm_extra(None, ()) is None and slurm_extra("--nice=7", ()) == "--nice=7"
+    assert slurm_extra(None, ("n1",)) == "--exclude=n1"
+    assert (
+        slurm_extra("--nice=7 --mail-type='END,FAIL'", ("n1", "n2"))
+        == "--nice=7 --mail-type='END,FAIL' --exclude=n1,n2"
+    )
+    for site in (
+        "--exclude=bad[1-2] --nice=7",
+        "--exclude bad[1-2] --nice=7",
+        "-x bad[1-2] --nice=7",
+        "-xbad[1-2] --nice=7",
+    ):
+        assert slurm_extra(site, ("n1",), also=["p1"]) == "--nice=7 --exclude='bad[1-2],p1,n1'", site
+
+
+def test_a_profile_that_replaces_the_gpu_rules_slurm_extra_is_warned_at_start(tmp_path):
+    """set-resources' slurm_extra for train_grpo replaces the rule's (and with it a retry's --exclude): one warning
+    line when the workflow loads (here listing its rules through the SLURM profile)."""
+    from grpoflow_testing import REPO, SHORT_CONFIG, make_workdir, snakemake
+
+    wd = make_workdir(tmp_path)
+    proc = snakemake(
+        ["--list-rules", "--profile", str(REPO / "profiles" / "slurm")]
+        + ["--set-resources", "train_grpo:slurm_extra='--nice=7'", "--configfile", *SHORT_CONFIG[1:]],
+        wd,
+    )
+    warnings = [ln for ln in proc.stderr.splitlines() if ln.startswith("grpoflow: warning: set-resources")]
+    assert warnings == [
+        "grpoflow: warning: set-resources gives rule train_grpo its own slurm_extra, which replaces the rule's: a retry after a failed GPU check cannot exclude the node it failed on and fails at once instead; move those flags to default-resources' slurm_extra, which the rule keeps and adds its --exclude to (docs/cluster.md#checks-on-the-gpu-node)"
+    ], proc.stderr[-3000:]
 
 
 def test_a_request_for_several_partitions_passes_when_one_holds_it():
