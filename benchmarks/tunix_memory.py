@@ -63,7 +63,7 @@ from tunix.rl.grpo import grpo_learner  # noqa: E402
 from tunix.sft import peft_trainer  # noqa: E402
 
 from grpoflow.backends.tunix import memory  # noqa: E402
-from grpoflow.backends.tunix.runner import _optimizer  # noqa: E402
+from grpoflow.backends.tunix.runner import _optimizer, algo_config  # noqa: E402
 from grpoflow.backends.verl.memory import GIB, PRESETS  # noqa: E402
 from grpoflow.config import resolve_config  # noqa: E402
 
@@ -228,14 +228,8 @@ def train_step_sizes(exp: dict, cfg, prompt: int, response: int, mesh=None) -> d
                 nnx.get_named_sharding(state, mesh),
             )
             nnx.update(node, placed)
-    algo = grpo_learner.GRPOConfig(
-        num_generations=grpo["num_generations"],
-        num_iterations=1,
-        beta=grpo["kl_coef"],
-        epsilon=grpo["clip_ratio"],
-        loss_agg_mode=tunix["loss_agg_mode"],
-    )
-    algo.epsilon_high, algo.temperature = grpo["clip_ratio"], grpo["temperature"]
+    algo = algo_config(grpo, tunix)  # the job's own (grpoflow.backends.tunix.runner)
+    algo.temperature = grpo["temperature"]  # as GRPOLearner.__init__ sets it from the rollout config
     # Stands in for the actor's rl.trainer.Trainer instance: the four attributes PeftTrainer._train_step reads, as
     # GRPOLearner.__init__ sets them (with_loss_fn(..., has_aux=True), with_gen_model_input_fn) for a full fine-tune;
     # the step itself is Tunix's own.

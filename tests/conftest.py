@@ -121,8 +121,16 @@ def pytest_sessionfinish(session):
     if not hasattr(session.config, "workerinput") and not session.config.stash.get(_SLURM_BEFORE, True):
         from grpoflow_testing import local_slurm_running, stop_local_slurm
 
-        if local_slurm_running():
+        if local_slurm_running() and _this_run_started_the_local_slurm(session.config):
             stop_local_slurm()
+
+
+def _this_run_started_the_local_slurm(config) -> bool:
+    """Whether a worker of this run (or the run itself, without xdist) built the ``local_slurm`` fixture: its
+    shared_once result lies in this run's temporary root. A run that never asked for it (a quick ``pytest tests/x.py``
+    beside a full run) must not stop the cluster another run started: once, that broke CI's SLURM tests mid-run."""
+    root = config._tmp_path_factory.getbasetemp()  # pytest's own factory: the root the workers' temp dirs sit in
+    return (root / "local_slurm.json").exists() or any(root.glob("local_slurm[0-9]*"))
 
 
 _SLURM_BEFORE = pytest.StashKey[bool]()

@@ -242,6 +242,24 @@ def test_the_disk_check_has_its_own_off_switch_named_in_its_refusal(filesystem, 
     assert env[0].endswith(" (or GRPOFLOW_SKIP_ENV_CHECK=1 to skip this check)"), env
 
 
+def test_the_demos_experiments_are_sized_from_its_tiny_model_before_it_exists(default_config, tmp_path, monkeypatch):
+    """The demo's start model is built by the workflow: at the first call there is no config.json to read, so the
+    demo's experiments are sized from demo.tiny_model (the model demo/tiny.py builds), and nothing is "unknown"."""
+    from grpoflow.config import resolve_config
+    from grpoflow.preflight import check_disk, checkpoint_bytes, sized_experiment
+
+    monkeypatch.chdir(tmp_path)  # no resources/demo here: the state of a fresh clone
+    cfg = resolve_config(default_config)
+    names = list(cfg.experiments)
+    assert all(cfg.uses_demo_sft(n) for n in names)
+    failures, notes = check_disk(cfg, names, merges=names)
+    assert failures == [] and notes == []
+    tiny = cfg.demo["tiny_model"]
+    size, how = checkpoint_bytes(sized_experiment(cfg, names[0]))
+    # 4 layers of hidden 128 and a tied ~(vocab + 2) x 128 embedding: well under 10 MB of float32 params + AdamW.
+    assert 0 < size < 3 * 4 * 5e6 and tiny["hidden_size"] == 128, (size, how)
+
+
 def _tiny_verl_config(ckpt: Path):
     from grpoflow.config import resolve_config
 

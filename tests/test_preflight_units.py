@@ -408,6 +408,19 @@ def test_the_exclusion_is_added_to_the_sites_slurm_extra():
         assert slurm_extra(site, ("n1",), also=["p1"]) == "--nice=7 --exclude='bad[1-2],p1,n1'", site
 
 
+def test_the_private_names_the_plugins_own_exclusion_is_read_through_exist_in_the_pinned_versions():
+    """gpucheck.plugin_excluded_nodes reads the SLURM plugin's live set of failed nodes through two private names
+    (Snakemake's ``JobScheduler._executor``, the plugin's ``Executor._failed_nodes``) with getattr, so a rename would
+    not fail a job: it would silently drop those nodes from a retry's --exclude. This test breaks first instead."""
+    import inspect
+
+    import snakemake.scheduling.job_scheduler as job_scheduler
+    import snakemake_executor_plugin_slurm as plugin
+
+    assert "self._executor = executor_plugin.executor(" in inspect.getsource(job_scheduler.JobScheduler.__init__)
+    assert "self._failed_nodes = set(" in inspect.getsource(plugin.Executor)
+
+
 def test_a_profile_that_replaces_the_gpu_rules_slurm_extra_is_warned_at_start(tmp_path):
     """set-resources' slurm_extra for train_grpo replaces the rule's (and with it a retry's --exclude): one warning
     line when the workflow loads (here listing its rules through the SLURM profile)."""

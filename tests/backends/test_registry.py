@@ -17,6 +17,24 @@ from grpoflow.backends import common
 from grpoflow.errors import GrpoflowError
 
 
+def test_each_backends_settings_section_is_its_folders_and_the_backend_enum_is_the_registry():
+    """A backend's config section is written once, in its folder (backends/<name>/schema.yaml), and the schema's
+    ``backend`` enum is the registry's names: adding a backend writes no line in config.schema.yaml."""
+    import yaml
+
+    from grpoflow.schema import load_schema
+
+    text = (REPO / "src/grpoflow/schema/config.schema.yaml").read_text()
+    assert not [name for name in backends.BACKENDS if re.search(rf"^\s+{name}:", text, re.M)]
+    schema = load_schema()
+    experiment = schema["$defs"]["experiment"]["properties"]
+    assert experiment["backend"]["enum"] == list(backends.BACKENDS)
+    for name in backends.BACKENDS:
+        own = yaml.safe_load((REPO / f"src/grpoflow/backends/{name}/schema.yaml").read_text())
+        assert experiment[name]["$ref"] == f"#/$defs/{name}"
+        assert schema["$defs"][name]["properties"].keys() == own["properties"].keys()
+
+
 @pytest.mark.parametrize("name", sorted(backends.BACKENDS))
 def test_every_backend_provides_the_interface(name):
     module = backends.get(name)

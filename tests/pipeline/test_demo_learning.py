@@ -63,7 +63,8 @@ def demo_run(tmp_path_factory):
     wd = make_workdir(tmp_path_factory.mktemp("demo-learning"))
     # One Tunix seed: the overlay's second Tunix experiment is not a target.
     # Targets before --configfile, whose list would take them as further files.
-    snakemake([*LOCAL_PROFILE, _eval(SFT), *map(_eval, NATIVE), *WITH_TUNIX], wd, timeout=2400)
+    first = snakemake([*LOCAL_PROFILE, _eval(SFT), *map(_eval, NATIVE), *WITH_TUNIX], wd, timeout=2400)
+    (wd / "first-call.log").write_text(first.stdout + first.stderr)
     snakemake(
         [*LOCAL_PROFILE, _eval(DEFAULT_KERNELS), *CONFIGS], wd, env={"ATEN_CPU_CAPABILITY": "default"}, timeout=1200
     )
@@ -81,6 +82,13 @@ def test_the_sft_start_is_in_its_accuracy_band(demo_run):
     assert latest == str(start["step"])
     sft = json.loads((demo_run / "results/tiny-arith-seed1/sft.json").read_text())
     assert sft["step"] == start["step"]
+
+
+def test_the_demos_start_checks_are_quiet(demo_run):
+    """The start checks run on the demo's first call, before its tiny model exists: they size its checkpoints from
+    demo.tiny_model rather than tell a newcomer to set experiments.<name>.architecture."""
+    log = (demo_run / "first-call.log").read_text()
+    assert "grpoflow: preflight" not in log, [line for line in log.splitlines() if "grpoflow: preflight" in line]
 
 
 def test_every_grpo_run_learns(demo_run):

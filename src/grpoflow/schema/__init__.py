@@ -26,9 +26,29 @@ from grpoflow.errors import ConfigError
 def load_schema() -> dict:
     text = resources.files("grpoflow").joinpath("schema/config.schema.yaml").read_text(encoding="utf-8")
     schema = yaml.safe_load(text)
+    _add_backend_sections(schema)
     _add_object_defaults(schema)
     _add_registry_names(schema)
     return schema
+
+
+def _add_backend_sections(schema: dict) -> None:
+    """Each training backend's settings section, written in its own folder (``backends/<name>/schema.yaml``), as
+    ``$defs.<name>`` and an experiment's ``<name>:`` property (placed after ``rewards``, where the schema had them),
+    and the ``backend`` enum from the registry: a new backend adds no line here. ``grpoflow.backends`` imports
+    nothing of grpoflow (a backend package is imported only when asked for), so this closes no import circle."""
+    from grpoflow.backends import BACKENDS
+
+    folder = resources.files("grpoflow").joinpath("backends")
+    props = schema["$defs"]["experiment"]["properties"]
+    sections = {}
+    for name in BACKENDS:
+        schema["$defs"][name] = yaml.safe_load(folder.joinpath(name, "schema.yaml").read_text(encoding="utf-8"))
+        sections[name] = {"$ref": f"#/$defs/{name}"}
+    props["backend"]["enum"] = list(BACKENDS)
+    at = list(props).index("rewards") + 1
+    items = list(props.items())
+    schema["$defs"]["experiment"]["properties"] = dict(items[:at] + list(sections.items()) + items[at:])
 
 
 def _add_registry_names(schema: dict) -> None:

@@ -384,6 +384,19 @@ def _learner(spec: dict, cluster, tokenizer):
     reward_fns, metric_fn = build_reward_fns(
         spec["rewards"], grpo["num_generations"], tokenizer=tokenizer, max_response_length=grpo["max_response_length"]
     )
+    return grpo_learner.GRPOLearner(
+        rl_cluster=cluster,
+        algo_config=algo_config(grpo, tunix),
+        reward_fns=reward_fns,
+        metric_fns=[_prefixed(metric_fn)],
+    )
+
+
+def algo_config(grpo: dict, tunix: dict):
+    """Tunix's GRPOConfig for the spec's ``grpo`` and ``tunix`` sections (GRPOLearner sets its temperature from the
+    rollout config)."""
+    from tunix.rl.grpo import grpo_learner
+
     algo = grpo_learner.GRPOConfig(
         num_generations=grpo["num_generations"],
         num_iterations=1,
@@ -393,9 +406,7 @@ def _learner(spec: dict, cluster, tokenizer):
     )
     # Tunix's grpo policy loss reads epsilon_high when the config has it (tunix/rl/algo_core.py).
     algo.epsilon_high = grpo["clip_ratio_high"] if grpo["clip_ratio_high"] is not None else grpo["clip_ratio"]
-    return grpo_learner.GRPOLearner(
-        rl_cluster=cluster, algo_config=algo, reward_fns=reward_fns, metric_fns=[_prefixed(metric_fn)]
-    )
+    return algo
 
 
 def _run_until_done_or_stopped(learner, batches: PromptBatches) -> None:
