@@ -30,7 +30,20 @@ def main(argv: list[str] | None = None) -> int:
     # Under grpoflow.backends.trl.launch torchrun holds SIGTERM blocked, and its ranks inherit that: each rank takes
     # the signal itself (a checkpoint at the step boundary), within trl.shutdown_timeout rather than torchrun's 30 s.
     unblock_stop_signal()
-    return train_main("trl", argv, env_check)
+    code = train_main("trl", argv, env_check)
+    close_process_group()
+    return code
+
+
+def close_process_group() -> None:
+    """Destroy torch.distributed's process group (torchrun's gloo or NCCL ranks) once training has finished. Left to
+    interpreter exit, a rank once aborted after a complete run ("terminate called without an active exception",
+    SIGABRT: a communication thread still joinable when the process group's C++ object was torn down), and torchrun
+    reported the finished run as failed (CI, tests/backends/trl/test_trl_processes.py)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
