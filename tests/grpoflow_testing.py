@@ -152,6 +152,34 @@ def snakemake(
     return proc
 
 
+def run_train_grpo_job(workdir: Path, shell: str, output: str, threads: int, *, env: dict, timeout: int) -> str:
+    """``shell`` run as the one rule, ``train_grpo``, of a Snakefile in ``workdir``, with ``threads`` threads and
+    ``--cores threads``: a real Snakemake ``shell:`` job, which exports OMP_NUM_THREADS and its siblings = threads
+    as every job does. ``shell`` has Snakemake's braces escaped; ``{log}`` is the rule's log. Asserts Snakemake
+    succeeded; returns the log."""
+    import json
+
+    (workdir / "Snakefile").write_text(
+        "rule train_grpo:\n"
+        f"    output: {json.dumps(output)}\n"
+        "    log: 'train_grpo.log'\n"
+        f"    threads: {threads}\n"
+        f"    shell: {json.dumps(shell)}\n"
+    )
+    proc = subprocess.run(
+        [SNAKEMAKE, "--cores", str(threads), "--snakefile", "Snakefile"],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    log_path = workdir / "train_grpo.log"
+    log = log_path.read_text() if log_path.exists() else ""
+    assert proc.returncode == 0, proc.stderr[-3000:] + log[-3000:]
+    return log
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

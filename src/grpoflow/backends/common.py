@@ -189,6 +189,16 @@ SNAKEMAKE_THREAD_VARS = (
 )
 
 
+def split_wrapped_command(argv: list[str], usage: str) -> tuple[list[str], list[str]] | None:
+    """(the entry point's own arguments, the command it wraps) of a wrapper run as ``... OWN ARGS -- COMMAND``
+    (verl's train wrapper, the TRL launcher); None, with ``usage`` printed on stderr, when there is no ``--``."""
+    if "--" not in argv:
+        print(usage, file=sys.stderr)
+        return None
+    split = argv.index("--")
+    return argv[:split], argv[split + 1 :]
+
+
 # ---- a backend's command: python -m grpoflow.backends.<name>.train --spec JSON -----------------------------------
 
 

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from grpoflow_testing import run_train_grpo_job
 from test_trl_grpo import spec_command
 from trainkit import BIN
 
@@ -119,24 +120,9 @@ def test_each_rank_gets_the_jobs_threads_split_over_the_processes_in_a_snakemake
     threads = 8
     base = deep_merge(default_config, {"defaults": {"trl": {"processes": 2}}})
     cmd, paths = spec_command(base, tmp_path, arith_parquet, tiny_sft_json, total_steps=1, save_freq=1)
-    (tmp_path / "Snakefile").write_text(
-        "rule train_grpo:\n"
-        f"    output: {json.dumps(paths['marker'])}\n"
-        "    log: 'train_grpo.log'\n"
-        f"    threads: {threads}\n"
-        f"    shell: {json.dumps(cmd.replace('{', '{{').replace('}', '}}') + ' > {log} 2>&1')}\n"
-    )
     env = {k: v for k, v in job_env().items() if k != "OMP_NUM_THREADS"}
-    proc = subprocess.run(
-        [str(BIN / "snakemake"), "--cores", str(threads), "--snakefile", "Snakefile"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    log = (tmp_path / "train_grpo.log").read_text() if (tmp_path / "train_grpo.log").exists() else ""
-    assert proc.returncode == 0, proc.stderr[-3000:] + log[-3000:]
+    shell = cmd.replace("{", "{{").replace("}", "}}") + " > {log} 2>&1"
+    log = run_train_grpo_job(tmp_path, shell, paths["marker"], threads, env=env, timeout=600)
     compute = json.loads(Path(paths["marker"]).read_text())["provenance"]["compute"]
     assert compute["kernel_env"]["OMP_NUM_THREADS"] == "4", compute  # rank 0's; Snakemake exported 8
     # torch takes OMP_NUM_THREADS up to the machine's CPUs (2 on the CI machine).

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from grpoflow_testing import BIN, REPO, SNAKEMAKE
+from grpoflow_testing import BIN, REPO, run_train_grpo_job
 
 from grpoflow.backends.verl import overrides as verl_overrides
 from grpoflow.backends.verl.commandline import command
@@ -108,26 +107,12 @@ def test_the_32b_configs_verl_workers_get_the_headers_threads_in_a_snakemake_job
     (tmp_path / "probe.py").write_text(PROBE)
     # Only verl's entrypoint is replaced; the wrapper, its flags and verl's overrides are the job's own.
     job = train.replace("{", "{{").replace("}", "}}").replace(verl_overrides.ENTRYPOINT, "python probe.py {output}")
-    (tmp_path / "Snakefile").write_text(
-        f"rule train_grpo:\n"
-        f"    output: 'worker_threads.json'\n"
-        f"    log: 'train_grpo.log'\n"
-        f"    threads: {threads}\n"
-        # The stand-in ran no step, so the wrapper fails the job ("ran 0 steps"); what the worker reported stays.
-        f"    shell: {json.dumps(job + ' > {log} 2>&1 || true')}\n"
-    )
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("OMP_NUM_THREADS", None)
-    proc = subprocess.run(
-        [SNAKEMAKE, "--cores", str(threads), "--snakefile", "Snakefile"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    # The stand-in ran no step, so the wrapper fails the job ("ran 0 steps"); what the worker reported stays.
+    log = run_train_grpo_job(
+        tmp_path, job + " > {log} 2>&1 || true", "worker_threads.json", threads, env=env, timeout=300
     )
-    log = (tmp_path / "train_grpo.log").read_text() if (tmp_path / "train_grpo.log").exists() else ""
-    assert proc.returncode == 0, proc.stderr[-3000:] + log[-3000:]
     # torch takes OMP_NUM_THREADS up to the machine's CPUs (2 on the CI machine; a GPU node has more than 20).
     assert json.loads((tmp_path / "worker_threads.json").read_text()) == {"omp": "20", "torch": min(20, os.cpu_count())}
     assert "OMP_NUM_THREADS=20 for verl's workers" in log, log[-3000:]

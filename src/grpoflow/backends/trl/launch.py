@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 
-from grpoflow.backends.common import SNAKEMAKE_THREAD_VARS
+from grpoflow.backends.common import SNAKEMAKE_THREAD_VARS, split_wrapped_command
 
 log = logging.getLogger("grpoflow.backends.trl.launch")
 
@@ -146,14 +146,13 @@ def run(nproc: int, grace: float, target: list[str], environ=os.environ) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--" not in argv:
-        print(
-            "usage: python -m grpoflow.backends.trl.launch --nproc-per-node N --shutdown-timeout S -- <torchrun target>",
-            file=sys.stderr,
-        )
+    parts = split_wrapped_command(
+        list(sys.argv[1:] if argv is None else argv),
+        "usage: python -m grpoflow.backends.trl.launch --nproc-per-node N --shutdown-timeout S -- <torchrun target>",
+    )
+    if parts is None:
         return 2
-    split = argv.index("--")
+    own, target = parts
     parser = argparse.ArgumentParser(
         prog="python -m grpoflow.backends.trl.launch", description=__doc__.split("\n\n")[0]
     )
@@ -164,11 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         required=True,
         help="seconds the ranks get after SIGTERM before SIGKILL (trl.shutdown_timeout)",
     )
-    args = parser.parse_args(argv[:split])
+    args = parser.parse_args(own)
     from grpoflow.joblog import setup_logging
 
     setup_logging()
-    return run(args.nproc_per_node, args.shutdown_timeout, argv[split + 1 :])
+    return run(args.nproc_per_node, args.shutdown_timeout, target)
 
 
 if __name__ == "__main__":

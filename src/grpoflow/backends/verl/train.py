@@ -40,7 +40,7 @@ from pathlib import Path
 
 from grpoflow import checkpoint_record as ckrec
 from grpoflow import envcheck, gpucheck
-from grpoflow.backends.common import SNAKEMAKE_THREAD_VARS, write_marker, write_metrics
+from grpoflow.backends.common import SNAKEMAKE_THREAD_VARS, split_wrapped_command, write_marker, write_metrics
 from grpoflow.backends.verl import ckpt as ck
 from grpoflow.backends.verl import metrics as vm
 from grpoflow.backends.verl.memory import at_job_start as memory_estimate
@@ -528,14 +528,13 @@ def _progress(step: int | None, planned: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     from grpoflow.joblog import guarded, setup_logging
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--" not in argv:
-        print(
-            "usage: python -m grpoflow.backends.verl.train --marker M --metrics X [--config-hash H] -- python -m verl.trainer.main_ppo ...",
-            file=sys.stderr,
-        )
+    parts = split_wrapped_command(
+        list(sys.argv[1:] if argv is None else argv),
+        "usage: python -m grpoflow.backends.verl.train --marker M --metrics X [--config-hash H] -- python -m verl.trainer.main_ppo ...",
+    )
+    if parts is None:
         return 2
-    split = argv.index("--")
+    own, trainer = parts
     parser = argparse.ArgumentParser(
         prog="python -m grpoflow.backends.verl.train", description=__doc__.split("\n\n")[0]
     )
@@ -549,11 +548,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="continue from checkpoints trained with other settings (resume_across_changes: true)",
     )
-    args = parser.parse_args(argv[:split])
+    args = parser.parse_args(own)
     setup_logging()
     guarded(
         train,
-        argv[split + 1 :],
+        trainer,
         args.marker,
         args.metrics,
         args.config_hash,
