@@ -91,7 +91,7 @@ def test_gpu_check_driver_against_cuda_and_compute_mode(tmp_path):
     env = {"PATH": f"{fake}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "0", gpucheck.NODE_ENV: ""}  # no SLURM
     with mock_env(env), pytest.raises(GrpoflowError, match="compute mode"):
         gpucheck.checked("j", out)
-    assert gpucheck.retry_request(str(out), 2) and not gpucheck.retry_request(str(out), 1)
+    assert gpucheck.retry_plan(str(out), 2).fail_fast and not gpucheck.retry_plan(str(out), 1).fail_fast
     with (
         mock_env({gpucheck.RETRY_ENV: "1"}),
         pytest.raises(
@@ -342,7 +342,7 @@ def test_the_gpu_check_has_its_own_off_switch_named_in_its_refusal(tmp_path):
     with mock_env(path), pytest.raises(GrpoflowError, match=r"\(or GRPOFLOW_SKIP_GPU_CHECK=1 to skip this check\)$"):
         gpucheck.checked("j", out)
     with mock_env({**path, "GRPOFLOW_SKIP_GPU_CHECK": "1"}):
-        assert not gpucheck.retry_request(str(out), 2)  # the retry asks for the full request again
+        assert not gpucheck.retry_plan(str(out), 2).fail_fast  # the retry asks for the full request again
         gpucheck.checked("j", out)
     assert not gpucheck.record_path(out).exists()
 

@@ -328,11 +328,6 @@ def retry_plan(output: str | os.PathLike, attempt: int, exclusion_reaches_sbatch
     return Retry(exclude=tuple(dict.fromkeys(nodes)))
 
 
-def retry_request(output: str, attempt: int) -> bool:
-    """Is this a retry of a job whose GPU check failed that must ask for almost nothing (RETRY_REQUEST)?"""
-    return retry_plan(output, attempt).fail_fast
-
-
 # What a FAIL_FAST retry asks SLURM for: it only has to start and read the record.
 RETRY_REQUEST = {
     "nodes": 1,
