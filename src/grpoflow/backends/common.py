@@ -272,9 +272,6 @@ def train_main(backend: str, argv: list[str] | None, env_check: str | Callable[[
 # The steps every backend's runner takes around its trainer (the TRL and Tunix runners; verl's wrapper has its own
 # because verl runs in another process tree).
 
-# A SIGTERM this soon after the first is a duplicate delivery of the same stop, not a second request.
-REPEATED_SIGNAL_S = 5.0
-
 
 def read_live_metrics(path: str | os.PathLike) -> list[dict]:
     """The rows a run appended so far (a line cut off by a kill mid-write is skipped)."""
@@ -394,14 +391,17 @@ def finish_run(
 
 
 class SigtermStop:
-    """SIGTERM (a time limit, preemption) asks the trainer to stop at the next step boundary with a checkpoint;
-    ``requested`` says so, and ``on_request`` (if given) is called once. A second SIGTERM more than
-    REPEATED_SIGNAL_S after the first kills at once, without a checkpoint: SLURM often delivers one stop twice
-    within milliseconds (to the job step, and forwarded by srun), which is the same request."""
+    """SIGTERM (a time limit, preemption, scancel) asks the trainer to stop at the next step boundary with a
+    checkpoint; ``requested`` says so, and ``on_request`` (if given) is called once. Every later SIGTERM is the same
+    request and changes nothing: the step and its save go on until they are done, and only SIGKILL ends them sooner.
+    SLURM sends several at a time limit with ``--signal=TERM@<lead>`` (the lead's, then two at the limit, then
+    SIGKILL after KillWait: docs/reliability.md, "What a rank gets at a time limit"), and a save still running at
+    the limit's would otherwise be lost while KillWait had time for it."""
 
     def __init__(self, on_request: Callable[[], None] | None = None):
         self.on_request = on_request
         self.requested_at: float | None = None
+        self.said_at = 0.0  # when a repeat was last logged
         self.previous = signal.signal(signal.SIGTERM, self._handler)
 
     @property
@@ -411,14 +411,16 @@ class SigtermStop:
     def _handler(self, signum, frame) -> None:
         now = time.monotonic()
         if self.requested_at is None:
-            log.warning("SIGTERM: saving a checkpoint after this step, then stopping (send again to stop now)")
-            self.requested_at = now
+            self.requested_at = self.said_at = now
+            log.warning("SIGTERM: saving a checkpoint after this step, then stopping (SIGKILL stops at once)")
             if self.on_request is not None:
                 self.on_request()
-        elif now - self.requested_at > REPEATED_SIGNAL_S:
-            log.warning("second SIGTERM: stopping now, without a checkpoint")
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
+        elif now - self.said_at > 1:  # one line for the SIGTERMs that come together (SLURM's two at the limit)
+            self.said_at = now
+            log.warning(
+                "SIGTERM again, %.0f s after the first: still finishing the step and its checkpoint",
+                now - self.requested_at,
+            )
 
     def restore(self) -> None:
         signal.signal(signal.SIGTERM, self.previous)

@@ -14,9 +14,11 @@ stopping at a step boundary needs the step plus a checkpoint. So torchrun runs w
 signal stays pending, whoever sends it, SLURM included, and whatever torch version): it never starts its 30-s
 countdown. The ranks unblock it first thing (``unblock_stop_signal``, grpoflow.backends.trl.train) and stop at
 their step boundary on their own SIGTERM (SLURM signals every process of the step), or on the one this launcher
-forwards when only it is signalled. This launcher waits ``S`` seconds (``trl.shutdown_timeout``) for torchrun to
-exit, then SIGKILLs the ranks and torchrun. SLURM's own SIGKILL (KillWait after the time limit) still ends
-everything: ``--signal=TERM@<lead>`` decides how much of the grace a time limit leaves (docs/backends.md).
+forwards when only it is signalled; a later SIGTERM (SLURM sends two more at the time limit) is the same stop, to
+the ranks (grpoflow.backends.common.SigtermStop) and to this launcher, so a save in progress goes on. This launcher
+waits ``S`` seconds (``trl.shutdown_timeout``) for torchrun to exit, then SIGKILLs the ranks and torchrun. SLURM's
+own SIGKILL (KillWait after the time limit) still ends everything: ``resources.term_before_limit_s`` (sbatch
+``--signal=TERM@<lead>``) decides how much of the grace a time limit leaves (docs/reliability.md).
 torchrun's other duties (rendezvous, a failed rank stopping the others, exit status) are unchanged.
 """
 
@@ -109,14 +111,15 @@ def run(nproc: int, grace: float, target: list[str], environ=os.environ) -> int:
     told: set[int] = set()  # the ranks SIGTERM was forwarded to
 
     def on_stop(signum, _frame):
-        if not stopped_at:
-            log.warning(
-                "%s: the ranks stop at their next step boundary with a checkpoint; SIGKILL in %g s (trl.shutdown_timeout)",
-                signal.Signals(signum).name,
-                grace,
-            )
-            stopped_at.append(time.monotonic())
-        if started:  # every SIGTERM is forwarded: a second one, later, means "stop now" to the ranks (SigtermStop)
+        if stopped_at:  # the ranks were told; a later SIGTERM (SLURM's at the limit) is the same stop
+            return
+        log.warning(
+            "%s: the ranks stop at their next step boundary with a checkpoint; SIGKILL in %g s (trl.shutdown_timeout)",
+            signal.Signals(signum).name,
+            grace,
+        )
+        stopped_at.append(time.monotonic())
+        if started:
             told.update(_signal_ranks(started[0].pid, STOP))
 
     previous = signal.signal(STOP, on_stop)

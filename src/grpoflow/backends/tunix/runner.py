@@ -19,7 +19,7 @@ What it does, in order (``run_training``):
 
 SIGTERM (SLURM's time limit, preemption, Ctrl-C of a supervisor) ends the run at the next step boundary: the data
 iterator stops, Tunix's learner leaves its loop and its trainer saves the last finished step (``PeftTrainer.close``
-→ ``_save_last_checkpoint``). A second SIGTERM more than common.REPEATED_SIGNAL_S later kills at once.
+→ ``_save_last_checkpoint``). A later SIGTERM is the same stop (common.SigtermStop): only SIGKILL ends the save.
 """
 
 from __future__ import annotations
