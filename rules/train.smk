@@ -44,9 +44,10 @@ rule train_grpo:
         runtime=train_runtime,
         tpu=experiment_tpu,
         # After a failed GPU check (grpoflow.gpucheck.retry_plan): the job's RETRY_ENV (2: a retry on other nodes,
-        # 1: fail at once) and the --exclude of the nodes it failed on, added to default-resources' slurm_extra.
+        # 1: fail at once) and the --exclude of the nodes it failed on, added to default-resources' slurm_extra,
+        # as is resources.term_before_limit_s's --signal.
         gpu_check_retry=lambda wc, attempt: train_retry(wc, attempt).env,
-        slurm_extra=gpu_slurm_extra(train_retry),
+        slurm_extra=gpu_slurm_extra(train_retry, train_stop_signal),
     params:
         # A function of the wildcards only: Snakemake ignores params that take input/output when it decides
         # reruns, and a changed training setting must rerun training.
