@@ -1,13 +1,14 @@
 """What each process of a train_grpo job receives from SLURM at a time limit with ``--signal=TERM@<lead>``, and when.
 
-    .venv/bin/python benchmarks/slurm_signals.py [--lead 10] [--runtime 1] [--processes 2|1] [--save-s 900] [--keep DIR]
+    .venv/bin/python benchmarks/slurm_signals.py [--lead 10] [--runtime 2] [--processes 2|1] [--save-s 900] [--keep DIR]
 
 Runs on the local SLURM of tests/slurm/start.sh (started if needed; KillWait is its slurm.conf's). One Snakemake job
 through ``--profile profiles/slurm`` (sbatch → the plugin's jobstep Snakemake → ``srun`` → the jobstep Snakemake in
 step 0 → the rule's shell), whose shell is train_grpo's own (read from rules/train.smk) around train_grpo's TRL
 command shape: ``python -m grpoflow.backends.trl.launch`` → torchrun → stand-in ranks (``--processes 2``), or the
 stand-in rank alone (``--processes 1``: one-process runs such as recipe 004's config). The job's time limit is
-``--runtime`` minutes. A stand-in rank stops on SIGTERM as the TRL runner does (grpoflow.backends.common.SigtermStop) and then
+``--runtime`` minutes (with 1, a loaded machine may not have started the ranks by the lead's SIGTERM, which then
+kills them as it would a real rank still loading its model). A stand-in rank stops on SIGTERM as the TRL runner does (grpoflow.backends.common.SigtermStop) and then
 "saves" for ``--save-s`` seconds: with the default (900) it is still saving when SLURM's SIGKILL comes, which
 measures how long a rank has from its first SIGTERM to SIGKILL. With ``--save-s`` between the two, it shows whether
 a save that fits finishes.
@@ -112,7 +113,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lead", type=int, default=10, help="seconds of --signal=TERM@<lead>")
     ap.add_argument("--processes", type=int, default=2, choices=(1, 2))
-    ap.add_argument("--runtime", type=int, default=1, help="the job's time limit, minutes")
+    ap.add_argument("--runtime", type=int, default=2, help="the job's time limit, minutes")
     ap.add_argument("--save-s", type=float, default=900)
     ap.add_argument("--keep", help="working directory to use and keep (default: a temporary one, removed)")
     args = ap.parse_args(argv)
