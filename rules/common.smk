@@ -105,6 +105,22 @@ if "tpu" not in workflow.global_resources:
 from grpoflow import backends as _backends
 from grpoflow.evaluation.backends import evaluation_backend as _evaluation_backend
 
+# GPU jobs on this machine take turns likewise (grpoflow.local_gpus): when Snakemake runs the jobs itself, `gpu` is a
+# global resource, the GPUs visible here, unless --resources gpu=N says otherwise. Not under a cluster executor,
+# where the global value would cut every job's sbatch GPU request to the login node's count; SLURM places GPU jobs.
+from grpoflow import local_gpus as _local_gpus
+
+
+def asks_for_gpus():
+    """Whether a train_grpo or evaluate job of this config asks for a GPU (then the dry-run says how many run at once)."""
+    train = any((_backends.slurm_resources(e["resources"])["gpu"] or 0) > 0 for e in CFG.experiments.values())
+    return train or bool(CFG.models and (CFG.evaluation["resources"]["gpus"] or 0) > 0)
+
+
+_GPU_LIMIT = _local_gpus.register(workflow)
+if _GPU_LIMIT and asks_for_gpus():
+    print(f"grpoflow: {_GPU_LIMIT}", file=sys.stderr)
+
 
 def experiment_tpu(wildcards):
     e = exp(wildcards)
