@@ -4,17 +4,18 @@ loaded through resolve_config, as Snakemake loads it, with untruncated sampling 
 correction on, plus one setting.
 
 Why each place counts (TRL 1.16.0, .venv/lib/python3.11/site-packages/trl): grpoflow's runner passes grpo.top_p /
-top_k / temperature to GRPOConfig and then trl.extra_args over them (grpoflow.backends.trl.runner.grpo_config_kwargs);
-TRL builds vLLM's SamplingParams from GRPOConfig's repetition_penalty, temperature, top_p, top_k, min_p and then
-updates them with GRPOConfig.generation_kwargs (trl/generation/vllm_generation.py:662-672, colocate), which is
-trl.extra_args.generation_kwargs (runner.build_trainer). TRL starts vLLM with logprobs_mode processed_logprobs
-(vllm_generation.py:361): the log-softmax after everything vLLM's sampler applies before it samples
-(vllm/v1/sample/sampler.py, Sampler docstring steps 3-7, read in vLLM 0.31.0: allowed tokens, bad words, min_tokens
-and logit_bias, the repetition/frequency/presence penalties, temperature, min_p, top-k/top-p), while the trainer's
-log-probs are the model's own at GRPOConfig.temperature (trl/trainer/grpo_trainer.py:1068-1071 and
-trl/trainer/utils.py:576-577 divide the logits by it). A temperature in generation_kwargs reaches the sampler
-(vLLM and HF generate: grpo_trainer.py:1171-1172) but not the trainer, so it is refused with or without the
-correction."""
+top_k / temperature to GRPOConfig and then trl.extra_args over them
+(grpoflow.backends.trl.runner.grpo_config_kwargs); TRL builds vLLM's SamplingParams from GRPOConfig's
+repetition_penalty, temperature, top_p, top_k, min_p and then updates them with GRPOConfig.generation_kwargs
+(trl/generation/vllm_generation.py:662-672, colocate), which is trl.extra_args.generation_kwargs
+(runner.build_trainer). TRL starts vLLM with logprobs_mode processed_logprobs (vllm_generation.py:361): the
+log-softmax after everything vLLM's sampler applies before it samples (vllm/v1/sample/sampler.py, Sampler docstring
+steps 3-7, read in vLLM 0.31.0: allowed tokens, bad words, min_tokens and logit_bias, the
+repetition/frequency/presence penalties, temperature, min_p, top-k/top-p), while the trainer's log-probs are the
+model's own at GRPOConfig.temperature (trl/trainer/grpo_trainer.py:1068-1072 give add_fused_lm_head
+GRPOConfig.temperature; trl/kernels/chunked_logprob.py:75 and 335 scale the logits by its inverse). A temperature in
+generation_kwargs reaches the sampler (vLLM and HF generate: grpo_trainer.py:1171-1172) but not the trainer, so it
+is refused with or without the correction."""
 
 from __future__ import annotations
 

@@ -8,16 +8,16 @@ temperature, top_p, top_k and min_p updated with generation_kwargs (generation/v
 colocate), HF generate's GenerationConfig likewise (trainer/grpo_trainer.py:1155-1173).
 
 TRL starts colocated vLLM with logprobs_mode processed_logprobs (vllm_generation.py:361): the log-softmax after
-everything vLLM's sampler does before it samples (vllm/v1/sample/sampler.py, the Sampler docstring's steps 3-7,
-read in vLLM 0.31.0; requirements/cluster.lock pins 0.24.0): allowed_token_ids, bad_words, min_tokens and
-logit_bias, the repetition/frequency/presence penalties, temperature, min_p, top-k/top-p; a structured output's
-grammar masks the logits before the sampler. The trainer's log-probs are the model's own at GRPOConfig.temperature
-(grpo_trainer.py:1068-1071 and trainer/utils.py:576-577 divide the logits by it). So with anything but the
-temperature changed, TRL's importance weight (vllm_importance_sampling_correction) is the ratio of two different
-distributions, not the sampler's numerical mismatch it is meant to correct: for top-p 0.9 the kept mass, ~0.9, on
-every token (TRL issue 6789). Refused, not fixed: vLLM has no logprobs mode with the temperature but without the
-rest. A temperature in generation_kwargs changes the sampler's distribution but not the trainer's: refused with
-or without the correction.
+everything vLLM's sampler does before it samples (vllm/v1/sample/sampler.py, the Sampler docstring's steps 3-7, read
+in vLLM 0.31.0; requirements/cluster.lock pins 0.24.0): allowed_token_ids, bad_words, min_tokens and logit_bias, the
+repetition/frequency/presence penalties, temperature, min_p, top-k/top-p; a structured output's grammar masks the
+logits before the sampler. The trainer's log-probs are the model's own at GRPOConfig.temperature
+(grpo_trainer.py:1068-1072 give add_fused_lm_head GRPOConfig.temperature; kernels/chunked_logprob.py:75 and 335
+scale the logits by its inverse). So with anything but the temperature changed, TRL's importance weight
+(vllm_importance_sampling_correction) is the ratio of two different distributions, not the sampler's numerical
+mismatch it is meant to correct: for top-p 0.9 the kept mass, ~0.9, on every token (TRL issue 6789). Refused, not
+fixed: vLLM has no logprobs mode with the temperature but without the rest. A temperature in generation_kwargs
+changes the sampler's distribution but not the trainer's: refused with or without the correction.
 """
 
 from __future__ import annotations
