@@ -50,12 +50,14 @@ def cuda_visible(value: str) -> int:
     return n
 
 
-def visible_gpus(environ: Mapping[str, str] = os.environ, run=subprocess.run) -> tuple[int, str]:
+def visible_gpus(environ: Mapping[str, str] = os.environ) -> tuple[int, str]:
     """(the GPUs a job on this machine sees, how they were counted)."""
     smi, how = None, "nvidia-smi not found"
     if shutil.which("nvidia-smi", path=environ.get("PATH")):
         try:
-            proc = run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=SMI_TIMEOUT_S, env=dict(environ))
+            proc = subprocess.run(
+                ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=SMI_TIMEOUT_S, env=dict(environ)
+            )
         except subprocess.TimeoutExpired:
             proc, how = None, f"nvidia-smi -L did not answer within {SMI_TIMEOUT_S} s"
         if proc is not None and proc.returncode != 0:
