@@ -111,6 +111,8 @@ CASES = {
     "32b-8cpus": ("qwen3-32b-gsm8k.yaml", "qwen3-32b-gsm8k", {"cpus_per_task": 8}, 1),  # 8 CPUs / 8 GPUs
     "8b": ("qwen3-8b-gsm8k.yaml", "qwen3-8b-gsm8k", {}, 8),  # 32 CPUs / 4 GPUs
 }
+# What each config's header states (as measured here), for the cases run with its own resources.
+HEADERS = {"32b": "all six to 160 / 8 GPUs = 20", "8b": "all six to 32 / 4 GPUs = 8"}
 
 
 def job_files(wd: Path, cfg, exp: str) -> tuple[dict, dict]:
@@ -171,6 +173,8 @@ def test_every_verl_process_gets_the_jobs_cpus_split_over_its_gpus_in_a_snakemak
     for process, got in seen.items():
         assert got == {"vars": {k: str(each) for k in THREAD_VARS}, "torch": torch_threads}, (process, seen)
     assert f"{each} threads each for verl's {res['gpus_per_node']} GPU workers per node" in log, log[-3000:]
+    if case in HEADERS:
+        assert HEADERS[case] in " ".join((REPO / "config" / config).read_text().replace("#", " ").split())
     print(f"{case}: threads {threads}, {res['gpus_per_node']} GPUs: every process {seen['fsdp_worker']}")
 
 
