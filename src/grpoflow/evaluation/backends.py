@@ -45,8 +45,9 @@ EVALUATION_BACKENDS = {
     for b in (
         # On CPU (the local plane, tests) or a GPU when torch sees one: it needs neither.
         EvaluationBackend("transformers", "grpoflow.evaluation.hf_backend", LOCAL, None, NO_ACCELERATOR),
-        # On GPUs in the cluster environment; with evaluation.resources.gpus 0, vLLM's CPU build in its own (which
-        # sizes its own worker's threads: it keeps Snakemake's export).
+        # On GPUs in the cluster environment; with evaluation.resources.gpus 0, vLLM's CPU build in its own, which
+        # sets each worker's OMP_NUM_THREADS to the CPUs it binds it to (vllm 0.31 utils/ompmultiprocessing.py,
+        # configure_omp_envs): that row keeps Snakemake's export.
         EvaluationBackend(
             "vllm",
             "grpoflow.evaluation.vllm_backend",

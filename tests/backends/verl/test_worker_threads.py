@@ -1,8 +1,8 @@
 """CPU threads of verl's Ray workers: verl's FSDP workers ask Ray for GPUs only, and Ray then sets OMP_NUM_THREADS=1
 in them unless the variable is already in their environment (ray/_private/utils.py set_omp_num_threads_if_unset).
-The verl wrapper sets OMP_NUM_THREADS = the job's CPUs per node / its GPUs before verl starts Ray; this checks, with
-a real local Ray, that an actor that asks for no CPU inherits it (and gets 1 without it), and that torch in the
-actor then uses that many threads."""
+The verl wrapper sets it (and the other five thread variables) = the job's CPUs per node / its GPUs before verl starts
+Ray; this checks, with a real local Ray, that an actor that asks for no CPU inherits it (and gets 1 without it), and
+that torch in the actor then uses that many threads."""
 
 from __future__ import annotations
 
