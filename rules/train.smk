@@ -63,6 +63,10 @@ rule train_grpo:
         "trap : TERM INT USR1 USR2; export GRPOFLOW_GPU_CHECK_RETRY={resources.gpu_check_retry} GRPOFLOW_TUNIX_TPU={params.tpu:q}; {params.command} > {log} 2>&1"
 
 
+# merge_checkpoint's CPUs and threads. A profile changes both together: set-threads and set-resources' cpus_per_task.
+MERGE_CPUS = 16
+
+
 rule merge_checkpoint:
     input:
         marker="results/{experiment}/training_complete.json",
@@ -75,6 +79,11 @@ rule merge_checkpoint:
         experiment_env
     container:
         experiment_container
+    # The merge computes on the host CPU (verl's merger, PEFT's merge, the load check): its torch runs Snakemake's
+    # thread variables = its threads, so it asks SLURM for as many CPUs (at most --cores on one machine).
+    threads: MERGE_CPUS
+    resources:
+        cpus_per_task=MERGE_CPUS,
     params:
         backend=lambda wc: exp(wc)["backend"],
         checkpoint_dir=lambda wc: CFG.checkpoint_dir(wc.experiment),

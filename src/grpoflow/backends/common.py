@@ -177,18 +177,6 @@ def read_rl_rows(parquet: str, what: str) -> list[dict]:
     return rows
 
 
-# What snakemake/shell.py exports = the rule's threads in every shell job: the job-wide thread count, which the
-# TRL launcher splits over its ranks and the verl wrapper over its GPUs' workers.
-SNAKEMAKE_THREAD_VARS = (
-    "OMP_NUM_THREADS",
-    "GOTO_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-)
-
-
 def split_wrapped_command(argv: list[str], usage: str) -> tuple[list[str], list[str]] | None:
     """(the entry point's own arguments, the command it wraps) of a wrapper run as ``... OWN ARGS -- COMMAND``
     (verl's train wrapper, the TRL launcher); None, with ``usage`` printed on stderr, when there is no ``--``."""

@@ -4,8 +4,8 @@ torchrun does not do in a Snakemake or SLURM job.
 
 Threads per rank. Snakemake exports ``OMP_NUM_THREADS`` (and MKL_/OPENBLAS_/GOTO_/VECLIB_/NUMEXPR_ thread variables)
 = the rule's threads in every shell job (snakemake/shell.py), and torchrun sets ``OMP_NUM_THREADS=1`` only where it
-is unset, so every rank would run the job's whole thread count on the job's CPUs. Each rank gets the job's threads
-// N (at least 1) instead; without the variable, this process's CPUs // N.
+is unset, so every rank would run the job's whole thread count on the job's CPUs. Each rank gets all six = the job's
+threads // N (at least 1; grpoflow.threads) instead; without the variable, this process's CPUs // N.
 
 The grace after SIGTERM. torchrun answers SIGTERM by forwarding it to its ranks and SIGKILLing them after its
 shutdown timeout, which torch up to 2.11 (the cluster lock's) hard-codes to 30 s (``PContext.close(timeout=30)``;
@@ -32,7 +32,8 @@ import subprocess
 import sys
 import time
 
-from grpoflow.backends.common import SNAKEMAKE_THREAD_VARS, split_wrapped_command
+from grpoflow.backends.common import split_wrapped_command
+from grpoflow.threads import cpu_affinity, process_threads
 
 log = logging.getLogger("grpoflow.backends.trl.launch")
 
@@ -44,14 +45,12 @@ def job_threads(environ=os.environ) -> int:
     text = environ.get("OMP_NUM_THREADS", "")
     if text.isdigit() and int(text) > 0:
         return int(text)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cpu_affinity()
 
 
 def rank_threads(nproc: int, environ=os.environ) -> dict[str, str]:
-    """The thread variables each of ``nproc`` ranks gets: the job's threads // nproc, at least 1 (OMP_NUM_THREADS
-    always; the others where the job has them)."""
-    each = str(max(1, job_threads(environ) // max(1, nproc)))
-    return {k: each for k in SNAKEMAKE_THREAD_VARS if k == "OMP_NUM_THREADS" or k in environ}
+    """The six thread variables each of ``nproc`` ranks gets: the job's threads // nproc, at least 1."""
+    return process_threads(nproc, job_threads(environ))
 
 
 def unblock_stop_signal() -> None:
