@@ -88,3 +88,23 @@ print("still running after three SIGTERMs", flush=True)
     assert len(lines) == 2 and re.fullmatch(
         r"SIGTERM again, \d+ s after the first: still finishing the step and its checkpoint", lines[1]
     ), lines
+
+
+def test_a_sigterm_while_the_model_loads_is_the_same_stop(tmp_path, fault_start_model):
+    """SIGTERM before the trainer exists (SLURM's lead, or scancel, while a rank loads its model): the job's entry
+    point installed the handler first (grpoflow.backends.common.process_sigterm_stop), so it is the stop asked for,
+    taken at the first step boundary with a checkpoint. Before, the handler came with the trainer, and the process
+    died of the signal (exit -15) with nothing saved."""
+    proc, log = trainer(tmp_path, fault_start_model, total_steps=200)
+    try:
+        wait_for("the runner's start", lambda: "training from the start model" in log.read_text() or proc.poll(), 300)
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=300) == 1, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    last = log.read_text().rstrip().splitlines()[-1]
+    assert last.startswith(f"grpoflow: error: training of {EXPERIMENT} stopped at step 1 of grpo.total_steps = 200"), (
+        last
+    )
+    assert latest_checkpoint(tmp_path) == 1 and not (tmp_path / "marker.json").exists()

@@ -237,6 +237,7 @@ def train_main(backend: str, argv: list[str] | None, env_check: str | Callable[[
     parser.add_argument(
         "--spec", required=True, help=f"JSON training spec, as grpoflow.backends.{backend}.commandline composes it"
     )
+    process_sigterm_stop()  # before the trainer's imports and model loading: a SIGTERM then is the same stop
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     setup_logging()
     try:
@@ -410,5 +411,23 @@ class SigtermStop:
                 now - self.requested_at,
             )
 
+    def watch(self, on_request: Callable[[], None] | None) -> None:
+        """Call ``on_request`` on the stop from now on; at once when it has already been asked for."""
+        self.on_request = on_request
+        if on_request is not None and self.requested:
+            on_request()
+
     def restore(self) -> None:
         signal.signal(signal.SIGTERM, self.previous)
+
+
+_PROCESS_STOP: list[SigtermStop] = []
+
+
+def process_sigterm_stop() -> SigtermStop:
+    """This process's one SigtermStop, installed on first use. A job's entry point installs it before anything slow
+    (and before a rank unblocks the SIGTERM torchrun held blocked for it): a SIGTERM while the model loads is then the
+    same stop, honoured at the first step boundary, instead of killing the process with Python's default action."""
+    if not _PROCESS_STOP:
+        _PROCESS_STOP.append(SigtermStop())
+    return _PROCESS_STOP[0]

@@ -412,7 +412,8 @@ def algo_config(grpo: dict, tunix: dict):
 def _run_until_done_or_stopped(learner, batches: PromptBatches) -> None:
     """Tunix's training loop; SIGTERM stops the batches at the next step, then Tunix's learner leaves its loop and
     saves the last step."""
-    stop = common.SigtermStop(on_request=batches.stop)
+    stop = common.process_sigterm_stop()  # installed at the job's start (common.train_main)
+    stop.watch(batches.stop)
     try:
         learner.train(batches)
     except StopIteration:
@@ -420,7 +421,7 @@ def _run_until_done_or_stopped(learner, batches: PromptBatches) -> None:
         if not batches.stopped:
             raise
     finally:
-        stop.restore()
+        stop.watch(None)
 
 
 def _trackers(report_to: list[str], ckpt_dir: Path, experiment: str) -> list:
