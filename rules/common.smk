@@ -119,6 +119,22 @@ if "tpu" not in workflow.global_resources:
 from grpoflow import backends as _backends
 from grpoflow.evaluation.backends import evaluation_row as _evaluation_row
 
+# GPU jobs on this machine take turns likewise (grpoflow.local_gpus): when Snakemake runs the jobs itself, `gpu` is a
+# global resource, the GPUs visible here, unless --resources gpu=N says otherwise. Not under a cluster executor,
+# where the global value would cut every job's sbatch GPU request to the login node's count; SLURM places GPU jobs.
+from grpoflow import local_gpus as _local_gpus
+
+
+def asks_for_gpus():
+    """Whether a train_grpo or evaluate job of this config asks for a GPU (then the dry-run says how many run at once)."""
+    train = any((_backends.slurm_resources(e["resources"])["gpu"] or 0) > 0 for e in CFG.experiments.values())
+    return train or bool(CFG.models and (CFG.evaluation["resources"]["gpus"] or 0) > 0)
+
+
+_GPU_LIMIT = _local_gpus.register(workflow)
+if _GPU_LIMIT and asks_for_gpus():
+    print(f"grpoflow: {_GPU_LIMIT}", file=sys.stderr)
+
 
 def experiment_tpu(wildcards):
     e = exp(wildcards)
@@ -189,6 +205,13 @@ def train_resources(wildcards, attempt=1):
     return _slurm_resources(exp(wildcards)["resources"])
 
 
+def train_stop_signal(wildcards, attempt):
+    """--signal=TERM@<resources.term_before_limit_s> (none for a retry that fails at once on one CPU)."""
+    if train_retry(wildcards, attempt).fail_fast:
+        return None
+    return _stop_signal(exp(wildcards)["resources"])
+
+
 def train_runtime(wildcards, attempt):
     """resources.runtime for the first attempt, resources.retry_runtime for the profile's retries (5 min for a retry
     after a failed GPU check)."""
@@ -204,13 +227,15 @@ def evaluate_gpus(wildcards, attempt):
     return CFG.evaluation["resources"]["gpus"]
 
 
-def gpu_slurm_extra(retry):
+def gpu_slurm_extra(retry, own=None):
     """The slurm_extra resource of a GPU job whose retry plan is ``retry(wildcards, attempt)``: the profile's
-    default-resources slurm_extra, plus --exclude naming the nodes its GPU check failed on (grpoflow.gpucheck)."""
+    default-resources slurm_extra, the job's ``own(wildcards, attempt)`` flags, plus --exclude naming the nodes its
+    GPU check failed on (grpoflow.gpucheck)."""
 
     def slurm_extra(wildcards, input, attempt, threads, rulename, async_run):
         aux = dict(input=input, attempt=attempt, threads=threads, rulename=rulename, async_run=async_run)
         site = _gpucheck.site_slurm_extra(workflow, wildcards, **aux)
+        site = " ".join(filter(None, [site, own(wildcards, attempt) if own else None])) or None
         nodes = retry(wildcards, attempt).exclude
         return _gpucheck.slurm_extra(site, nodes, _gpucheck.plugin_excluded_nodes(workflow) if nodes else [])
 
@@ -330,6 +355,7 @@ def all_targets():
 
 from grpoflow.backends import attempt_runtime as _attempt_runtime
 from grpoflow.backends import slurm_resources as _slurm_resources
+from grpoflow.backends import stop_signal as _stop_signal
 from grpoflow.backends import training_command as _training_command
 from grpoflow.evaluation.settings import benchmark_prompt as _benchmark_prompt
 from grpoflow.evaluation.settings import evaluation_settings as _evaluation_settings

@@ -309,8 +309,9 @@ def stop_local_slurm() -> None:
     subprocess.run(["bash", str(SLURM_STOP)], capture_output=True, text=True, timeout=120, check=False)
 
 
-def snakemake_slurm_command(args: list[str], workdir: Path, timeout: int) -> list[str]:
-    """``snakemake --profile profiles/slurm`` + SLURM_CI_ARGS + ``args``, under ``timeout -s INT``: at the limit
+def snakemake_slurm_command(args: list[str], workdir: Path, timeout: int, snakefile: Path | None = None) -> list[str]:
+    """``snakemake --profile profiles/slurm`` + SLURM_CI_ARGS + ``args`` (on ``snakefile``, by default the
+    workflow's), under ``timeout -s INT``: at the limit
     Snakemake gets a Ctrl-C, on which it cancels its SLURM jobs (SIGTERM would make it wait for them), and a
     KILL 60 s later in case it hangs. ``--foreground``: a signal reaches Snakemake once, as a Ctrl-C does; without
     it timeout sends it again to its whole process group, and the second SIGINT interrupted the plugin's own
@@ -325,7 +326,7 @@ def snakemake_slurm_command(args: list[str], workdir: Path, timeout: int) -> lis
         str(timeout),
         *SNAKEMAKE_CI,
         "-s",
-        str(REPO / "Snakefile"),
+        str(snakefile or REPO / "Snakefile"),
         "-d",
         str(workdir),
         *SLURM_PROFILE,
@@ -354,13 +355,19 @@ def snakemake_slurm(
 
 
 def popen_snakemake_slurm(
-    args: list[str], workdir: Path, log_path: Path, *, env: dict | None = None, timeout: int = 1200
+    args: list[str],
+    workdir: Path,
+    log_path: Path,
+    *,
+    env: dict | None = None,
+    timeout: int = 1200,
+    snakefile: Path | None = None,
 ) -> subprocess.Popen:
     """snakemake_slurm in the background, its output in ``log_path``; ``proc.send_signal(SIGINT)`` is a Ctrl-C
     (``timeout`` passes it on)."""
     with open(log_path, "w") as out:  # the child keeps its own descriptor
         return subprocess.Popen(
-            snakemake_slurm_command(args, workdir, timeout),
+            snakemake_slurm_command(args, workdir, timeout, snakefile),
             stdout=out,
             stderr=subprocess.STDOUT,
             text=True,

@@ -52,10 +52,45 @@ def _evaluate_check(kw: dict, plane: str | None) -> tuple[str | None, str | None
     return row.check, f"evaluate (backend {row.name})" if row.accelerator == GPU else None
 
 
+def _evaluate_workers(kw: dict, plane: str | None) -> tuple[int, str] | None:
+    """(compute processes, what they are) the evaluation backend starts in the job's plane, or None: its row."""
+    from grpoflow.evaluation.backends import evaluation_backend
+
+    settings = kw.get("settings") or {}
+    row = evaluation_backend(settings.get("backend"), plane)
+    return (row.worker_processes(settings), f"the {row.name} evaluation backend's") if row.worker_processes else None
+
+
+# job -> (module, function, its environment/GPU check, the compute processes it starts)
 SHELL_JOBS = {
-    "merge_checkpoint": ("grpoflow.merge", "merge_checkpoint", _merge_check),
-    "evaluate": ("grpoflow.evaluation.run", "evaluate", _evaluate_check),
+    "merge_checkpoint": ("grpoflow.merge", "merge_checkpoint", _merge_check, lambda kw, plane: None),
+    "evaluate": ("grpoflow.evaluation.run", "evaluate", _evaluate_check, _evaluate_workers),
 }
+
+
+def job_threads(name: str, kw: dict, plane: str | None = None, environ=os.environ) -> dict[str, str]:
+    """The six thread variables for the compute processes job ``name`` starts (grpoflow.threads: the job's threads
+    split over them, each variable equal), {} for a job that computes in its own process with Snakemake's export.
+    Set before anything imports torch or vLLM, so this process and every one it starts (vLLM's workers, spawned with
+    its environment) have them: vLLM lowers its workers' threads only where OMP_NUM_THREADS is unset (vllm 0.24
+    v1/executor/multiproc_executor.py set_multiprocessing_worker_envs), which in a Snakemake job it never is."""
+    from grpoflow.threads import cpu_affinity, process_threads, snakemake_threads
+
+    workers = SHELL_JOBS[name][3](kw, plane)
+    if not workers:
+        return {}
+    processes, what = workers
+    cpus = kw.get("threads") or snakemake_threads(environ) or cpu_affinity()
+    threads = process_threads(processes, cpus)
+    log.info(
+        "%s threads each for %s %d worker process(es) (the job's %d CPUs / %d)",
+        threads["OMP_NUM_THREADS"],
+        what,
+        processes,
+        cpus,
+        processes,
+    )
+    return threads
 
 
 def run_shell_job(name: str, log_file: str | None, kwargs: dict, plane: str | None = None) -> Any:
@@ -66,7 +101,8 @@ def run_shell_job(name: str, log_file: str | None, kwargs: dict, plane: str | No
 
     setup_logging(log_file)
     envcheck.log_interpreter()
-    module, func, needs = SHELL_JOBS[name]
+    os.environ.update(job_threads(name, kwargs, plane))
+    module, func, needs, _ = SHELL_JOBS[name]
     kind, gpu_job = needs(kwargs, plane)
     if kind:
         guarded(envcheck.check, kind, log_file=log_file, what=f"rule {name}")

@@ -130,6 +130,13 @@ def slurm_resources(res: dict) -> dict:
     }
 
 
+def stop_signal(res: dict) -> str | None:
+    """train_grpo's sbatch flag for ``resources.term_before_limit_s``: SIGTERM that many seconds before the time
+    limit to every process of the job step, where a one-node job's trainer runs; None when unset."""
+    lead = res.get("term_before_limit_s")
+    return f"--signal=TERM@{lead}" if lead else None
+
+
 def attempt_runtime(res: dict, attempt: int) -> int:
     """train_grpo's time limit (minutes) for Snakemake's ``attempt`` (1 = first submission): ``runtime``, then
     ``retry_runtime`` (when set) for the resubmissions after a time limit or failure."""

@@ -15,6 +15,7 @@ and ``snakemake -n -p`` shows the interpreter it chose.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from grpoflow.backends import CLUSTER, GPU, LOCAL, NO_ACCELERATOR, TPU, TUNIX, VLLM_CPU
 
@@ -27,6 +28,14 @@ class EvaluationBackend:
     check: str | None  # the grpoflow.envcheck kind the job checks first (None: the local plane, nothing to find)
     accelerator: str  # GPU: the job checks the node first; TPU: it takes the `tpu` resource
     on_cpu: EvaluationBackend | None = None  # the row when evaluation.resources.gpus is 0 (None: this one)
+    # The compute processes it starts, from the evaluation settings: the job's CPU threads are split over them
+    # before it starts (grpoflow.workflow.job_threads). None: it computes in the job's own process, with its threads.
+    worker_processes: Callable[[dict], int] | None = None
+
+
+def vllm_workers(settings: dict) -> int:
+    """vLLM's GPU worker processes: one per tensor-parallel rank."""
+    return int((settings.get("vllm") or {}).get("tensor_parallel_size") or 1)
 
 
 DEFAULT = "transformers"  # the schema's default of evaluation.backend
@@ -36,7 +45,9 @@ EVALUATION_BACKENDS = {
     for b in (
         # On CPU (the local plane, tests) or a GPU when torch sees one: it needs neither.
         EvaluationBackend("transformers", "grpoflow.evaluation.hf_backend", LOCAL, None, NO_ACCELERATOR),
-        # On GPUs in the cluster environment; with evaluation.resources.gpus 0, vLLM's CPU build in its own.
+        # On GPUs in the cluster environment; with evaluation.resources.gpus 0, vLLM's CPU build in its own. That
+        # one runs its engine in the job's own process (grpoflow.evaluation.vllm_backend: in-process, no worker
+        # processes to split the threads over), so its row keeps Snakemake's export and the job's torch threads.
         EvaluationBackend(
             "vllm",
             "grpoflow.evaluation.vllm_backend",
@@ -46,6 +57,7 @@ EVALUATION_BACKENDS = {
             on_cpu=EvaluationBackend(
                 "vllm", "grpoflow.evaluation.vllm_backend", VLLM_CPU, "eval-vllm-cpu", NO_ACCELERATOR
             ),
+            worker_processes=vllm_workers,
         ),
         EvaluationBackend("tunix", "grpoflow.evaluation.tunix_backend", TUNIX, "eval-tunix", TPU),
     )
