@@ -292,3 +292,14 @@ def test_vllms_packed_tensors_are_rebuilt_from_the_trainers(ga):
         is trainer["model.layers.0.mlp.down_proj.weight"]
     )
     assert ga.cluster.expected_tensor("model.layers.0.mlp.gate_up_proj.weight", trainer) is None
+
+
+def test_a_job_past_its_time_is_stopped_with_what_it_started_in_a_session_of_its_own(ga, tmp_path):
+    """As verl's wrapper runs verl (start_new_session), which the job's process group does not contain; a sleeping
+    child stands in for verl."""
+    psutil = require("psutil")
+    shell = "setsid sleep 300 & echo $! > child.pid; wait"
+    with pytest.raises(subprocess.TimeoutExpired):
+        ga.cluster.run_shell(ga, shell, {}, tmp_path / "log", tmp_path, timeout=3)
+    pid = int((tmp_path / "child.pid").read_text())
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
