@@ -1226,8 +1226,14 @@ def main(argv: list[str] | None = None) -> int:
         DEADLINE = time.time() + args.part_timeout
         fn = prep if args.part == "prep" else RUNNERS[args.part]
         result = fn(args.work)
+        if cluster.REHEARSAL and args.part != "prep":  # never to be read as a GPU result
+            result["status"] = f"rehearsal ({result['status']})"
         (args.work / f"{args.part}.result.json").write_text(json.dumps(result))
         return 0
+    if cluster.REHEARSAL:
+        raise SystemExit(
+            "gpu_acceptance: GPU_ACCEPTANCE_REHEARSAL=1 is for one part on a machine without a GPU (--part KEY)"
+        )
 
     parts = selected_parts(args.parts)
     if args.eval_model:
