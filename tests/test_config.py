@@ -131,6 +131,17 @@ BAD = [
         ["demo.sft.target_accuracy.split = 'dev'", "train, val, test"],
     ),
     (("demo", "sft", "target_accuracy"), None, None),  # fine: stop at demo.sft.max_steps
+    (
+        ("defaults", "resources", "term_before_limit_s"),
+        3600,
+        ["resources.term_before_limit_s = 3600 is not shorter than resources.runtime = 60 min (3600 s)"],
+    ),
+    (("defaults", "resources", "term_before_limit_s"), 300, None),  # fine: inside the 60-min limit
+    (
+        ("defaults", "resources"),
+        {"nodes": 2, "gpus_per_node": 0, "cpus_per_task": 2, "mem_mb": 4000, "runtime": 60, "term_before_limit_s": 300},
+        ["resources.term_before_limit_s = 300 with resources.nodes = 2", "--signal does not reach"],
+    ),
 ]
 
 

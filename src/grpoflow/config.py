@@ -163,6 +163,7 @@ def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> ResolvedRewa
     reward_set = _resolve_rewards(where, exp)
     _check_no_credentials(where, exp)
     _check_merge_step(where, exp)
+    _check_term_before_limit(where, exp["resources"])
     backend_check = _backend_check(exp["backend"])
     if backend_check:
         backend_check(name, exp, cfg)
@@ -223,6 +224,24 @@ def _check_merge_step(where: str, exp: dict) -> None:
         raise ConfigError(
             f"config error: {where}.merge_step = {merge}: that checkpoint will not exist after training (kept steps: {shown}); pick one of them, or change grpo.save_freq / max_checkpoints_to_keep"
         )
+
+
+def _check_term_before_limit(where: str, res: dict) -> None:
+    """resources.term_before_limit_s (sbatch --signal=TERM@N) on a job step it reaches, inside every attempt's limit."""
+    lead = res.get("term_before_limit_s")
+    if lead is None:
+        return
+    key = f"config error: {where}.resources.term_before_limit_s = {lead}"
+    if res["nodes"] > 1:
+        raise ConfigError(
+            f"{key} with resources.nodes = {res['nodes']}: a job of several nodes runs its trainer in the batch script, which SLURM's --signal does not reach (docs/cluster.md, Time limits and preemption); remove it"
+        )
+    for name in ("runtime", "retry_runtime"):
+        minutes = res.get(name)
+        if minutes is not None and lead >= minutes * 60:
+            raise ConfigError(
+                f"{key} is not shorter than resources.{name} = {minutes} min ({minutes * 60} s): SLURM would send SIGTERM as the job starts; give fewer seconds or a longer {name}"
+            )
 
 
 def _resolve_rewards(where: str, exp: dict) -> ResolvedRewards:

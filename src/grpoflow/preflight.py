@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 
 from grpoflow import backends, envcheck
 from grpoflow.backends import HUB_WEIGHT_BYTES
-from grpoflow.deployment import ENV_KEYS, LOCAL, TUNIX, JobEnv
-from grpoflow.evaluation.backends import evaluation_backend
+from grpoflow.deployment import ENV_KEYS, LOCAL, MADE_VENVS, JobEnv
+from grpoflow.evaluation.backends import evaluation_row
 
 # Each start check's own off switch (an environment variable set to 1), named in its refusals.
 SKIP_PARTITION_CHECK = "GRPOFLOW_SKIP_PARTITION_CHECK"
@@ -93,22 +93,23 @@ def job_needs(cfg, rule: str, wildcards: dict) -> tuple[str, str, list[tuple[str
         needs = backend.environment(exp, rule)
         return (backend.plane(exp), f"{rule} ({name})", needs) if needs else None
     if rule == "evaluate":
-        row = evaluation_backend(cfg.evaluation["backend"])
+        row = evaluation_row(cfg.evaluation)
         if row.check:
             return row.plane, f"evaluate ({wildcards['model']}, {wildcards['benchmark']})", envcheck.NEEDS[row.check]
     return None
 
 
-def env_key(raw_config: dict, plane: str, env: JobEnv, tunix_venv: bool) -> str:
-    """The setting that picked a plane's interpreter, for the message."""
+def env_key(raw_config: dict, plane: str, env: JobEnv, made_venvs: dict[str, str]) -> str:
+    """The setting that picked a plane's interpreter, for the message (``made_venvs``: plane -> the interpreter
+    ``make`` built next to the Snakefile, grpoflow.deployment.made_venv_pythons)."""
     key = ENV_KEYS[plane]
     spec = raw_config.get(key) or {}
     if spec.get("python"):
         return f"{key}.python"
     if spec.get("activate"):
         return f"{key}.activate"
-    if plane == TUNIX and tunix_venv:
-        return f"{key} (unset: .venv-tunix from `make setup-tunix`)"
+    if plane in made_venvs:
+        return f"{key} (unset: {MADE_VENVS[plane]} from `make setup-{plane}`)"
     return f"{key} (unset: Snakemake's own interpreter)"
 
 
@@ -117,7 +118,7 @@ def check_environments(
     envs: dict[str, JobEnv],
     needs: dict[str, PlaneNeeds],
     methods: set[str],
-    tunix_venv: bool = False,
+    made_venvs: dict[str, str] | None = None,
     run=subprocess.run,
 ) -> tuple[list[str], list[str]]:
     """(failures, notes): start each plane's interpreter once and find every module its jobs need."""
@@ -130,7 +131,7 @@ def check_environments(
             notes.append(f"{plane} environment not checked at start: --sdm builds or pulls it per job")
             continue
         env = envs[plane]
-        setting = env_key(raw_config, plane, env, tunix_venv)
+        setting = env_key(raw_config, plane, env, made_venvs or {})
         modules = sorted(pn.modules)
         cmd = f"{env.run()} -c {shlex.quote(PROBE)} {' '.join(map(shlex.quote, modules))}"
         # What the user set, without the exports every job runs first (grpoflow.deployment.exports).
@@ -152,7 +153,7 @@ def check_environments(
         missing = report["missing"]
         if missing:
             what = ", ".join(f"{pn.modules[m][0]} (for {pn.reasons(m)})" for m in missing)
-            how = envcheck.HOW_TO_PICK_TUNIX if plane == TUNIX else envcheck.HOW_TO_PICK
+            how = envcheck.HOW_TO_PICK_BY_PLANE.get(plane, envcheck.HOW_TO_PICK)
             failures.append(f"{setting}: {report['python']} lacks {what}; {how}")
         else:
             notes.append(f"{plane} environment {report['python']} has {', '.join(modules)}")
@@ -467,7 +468,7 @@ def partition_failures(workflow, cfg, jobs, log) -> list[str]:
 
 
 def run(
-    workflow, cfg, raw_config: dict, envs: dict[str, JobEnv], methods: set[str], tunix_venv: bool, log
+    workflow, cfg, raw_config: dict, envs: dict[str, JobEnv], methods: set[str], made_venvs: dict[str, str], log
 ) -> list[str]:
     """Snakemake's onstart: every check above for the jobs about to run; returns the failures (one line each)
     after logging what passed. Nothing in a dry-run or in a job's own Snakemake."""
@@ -496,7 +497,7 @@ def run(
             if found:
                 plane, job, what = found
                 needs.setdefault(plane, PlaneNeeds()).add(what, job)
-        env_fail, env_notes = check_environments(raw_config, envs, needs, methods, tunix_venv)
+        env_fail, env_notes = check_environments(raw_config, envs, needs, methods, made_venvs)
     failures += [f"{line} (or {SKIP_ENV_CHECK}=1 to skip this check)" for line in env_fail]
     for note in disk_notes + env_notes:
         log(f"grpoflow: preflight: {note}")

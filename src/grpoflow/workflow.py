@@ -35,37 +35,75 @@ def run_job(snakemake: Any, fn: Callable[..., Any], **kwargs: Any) -> Any:
 # library function each, with the environment check of that job first (before any heavy import).
 
 
-def _merge_check(kw: dict) -> tuple[str | None, str | None]:
+def _merge_check(kw: dict, plane: str | None) -> tuple[str | None, str | None]:
     """(envcheck kind, None): the backend's MERGE_CHECK; a merge holds no accelerator to check."""
     from grpoflow import backends
 
     return backends.get(kw["backend"]).MERGE_CHECK, None
 
 
-def _evaluate_check(kw: dict) -> tuple[str | None, str | None]:
-    """(envcheck kind, what the GPU check calls the job or None): the evaluation backend's row."""
+def _evaluate_check(kw: dict, plane: str | None) -> tuple[str | None, str | None]:
+    """(envcheck kind, what the GPU check calls the job or None): the row of the evaluation backend in the job's
+    plane (vLLM's CPU build: its own check, no GPU check)."""
     from grpoflow.backends import GPU
     from grpoflow.evaluation.backends import evaluation_backend
 
-    row = evaluation_backend((kw.get("settings") or {}).get("backend"))
+    row = evaluation_backend((kw.get("settings") or {}).get("backend"), plane)
     return row.check, f"evaluate (backend {row.name})" if row.accelerator == GPU else None
 
 
+def _evaluate_workers(kw: dict, plane: str | None) -> tuple[int, str] | None:
+    """(compute processes, what they are) the evaluation backend starts in the job's plane, or None: its row."""
+    from grpoflow.evaluation.backends import evaluation_backend
+
+    settings = kw.get("settings") or {}
+    row = evaluation_backend(settings.get("backend"), plane)
+    return (row.worker_processes(settings), f"the {row.name} evaluation backend's") if row.worker_processes else None
+
+
+# job -> (module, function, its environment/GPU check, the compute processes it starts)
 SHELL_JOBS = {
-    "merge_checkpoint": ("grpoflow.merge", "merge_checkpoint", _merge_check),
-    "evaluate": ("grpoflow.evaluation.run", "evaluate", _evaluate_check),
+    "merge_checkpoint": ("grpoflow.merge", "merge_checkpoint", _merge_check, lambda kw, plane: None),
+    "evaluate": ("grpoflow.evaluation.run", "evaluate", _evaluate_check, _evaluate_workers),
 }
 
 
-def run_shell_job(name: str, log_file: str | None, kwargs: dict) -> Any:
+def job_threads(name: str, kw: dict, plane: str | None = None, environ=os.environ) -> dict[str, str]:
+    """The six thread variables for the compute processes job ``name`` starts (grpoflow.threads: the job's threads
+    split over them, each variable equal), {} for a job that computes in its own process with Snakemake's export.
+    Set before anything imports torch or vLLM, so this process and every one it starts (vLLM's workers, spawned with
+    its environment) have them: vLLM lowers its workers' threads only where OMP_NUM_THREADS is unset (vllm 0.24
+    v1/executor/multiproc_executor.py set_multiprocessing_worker_envs), which in a Snakemake job it never is."""
+    from grpoflow.threads import cpu_affinity, process_threads, snakemake_threads
+
+    workers = SHELL_JOBS[name][3](kw, plane)
+    if not workers:
+        return {}
+    processes, what = workers
+    cpus = kw.get("threads") or snakemake_threads(environ) or cpu_affinity()
+    threads = process_threads(processes, cpus)
+    log.info(
+        "%s threads each for %s %d worker process(es) (the job's %d CPUs / %d)",
+        threads["OMP_NUM_THREADS"],
+        what,
+        processes,
+        cpus,
+        processes,
+    )
+    return threads
+
+
+def run_shell_job(name: str, log_file: str | None, kwargs: dict, plane: str | None = None) -> Any:
+    """Job ``name`` with ``kwargs``; ``plane``: the plane grpoflow.deployment put it in (None: its backend's own)."""
     import importlib
 
     from grpoflow import envcheck
 
     setup_logging(log_file)
     envcheck.log_interpreter()
-    module, func, needs = SHELL_JOBS[name]
-    kind, gpu_job = needs(kwargs)
+    os.environ.update(job_threads(name, kwargs, plane))
+    module, func, needs, _ = SHELL_JOBS[name]
+    kind, gpu_job = needs(kwargs, plane)
     if kind:
         guarded(envcheck.check, kind, log_file=log_file, what=f"rule {name}")
     if gpu_job:  # what only the GPU node can tell: driver vs CUDA, compute mode (grpoflow.gpucheck)
@@ -87,12 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", default=None, help="the rule's log file")
     parser.add_argument("--kwargs", required=True, help="the job's arguments as a JSON object")
     parser.add_argument("--threads", type=int, default=None, help="the job's CPU threads (Snakemake's {threads})")
+    parser.add_argument("--plane", default=None, help="the plane grpoflow.deployment runs the job in")
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     kwargs = json.loads(args.kwargs)
     if args.threads is not None:
         kwargs["threads"] = args.threads
-    run_shell_job(args.job, args.log, kwargs)
+    run_shell_job(args.job, args.log, kwargs, args.plane)
     return 0
 
 

@@ -72,16 +72,9 @@ def copy_tree(src: Path, dst: Path) -> Path:
     return dst
 
 
-def train_trl(base: str, root: Path, lora_rank: int) -> Path:
-    """A genuine TRL checkpoint: grpoflow's TRL backend (GRPOTrainer) trains the tiny model for 2 steps."""
-    import copy
-    import json
-
-    from grpoflow.backends.trl.commandline import training_spec
-    from grpoflow.config import resolve_config
-    from grpoflow.discovery import discover_to_file
-
-    raw = {
+def trl_config(base: str, lora_rank: int) -> dict:
+    """The config of the TRL run train_trl trains (experiment ``t``, 2 steps on synthetic arithmetic)."""
+    return {
         "datasets": {
             "arith": {"source": "synthetic", "synthetic": {"train_size": 40, "test_size": 8}, "validation": {"size": 8}}
         },
@@ -104,6 +97,18 @@ def train_trl(base: str, root: Path, lora_rank: int) -> Path:
         "experiments": {"t": {}},
         "evaluation": {"benchmarks": {"a": {"dataset": "arith", "split": "test"}}},
     }
+
+
+def train_trl(base: str, root: Path, lora_rank: int) -> Path:
+    """A genuine TRL checkpoint: grpoflow's TRL backend (GRPOTrainer) trains the tiny model for 2 steps."""
+    import copy
+    import json
+
+    from grpoflow.backends.trl.commandline import training_spec
+    from grpoflow.config import resolve_config
+    from grpoflow.discovery import discover_to_file
+
+    raw = trl_config(base, lora_rank)
     cfg = resolve_config(copy.deepcopy(raw))
     root.mkdir(parents=True)
     sft = root / "sft.json"

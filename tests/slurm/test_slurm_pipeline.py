@@ -83,6 +83,8 @@ def requested(rule: str, wildcards: str) -> dict:
     elif rule == "evaluate":
         r = cfg.evaluation["resources"]
         res.update(gpu=r["gpus"], cpus_per_task=r["cpus_per_task"], mem_mb=r["mem_mb"], runtime=r["runtime"])
+    elif rule == "merge_checkpoint":
+        res["cpus_per_task"] = 16  # the rule's own (rules/train.smk MERGE_CPUS), = its threads
     return res
 
 

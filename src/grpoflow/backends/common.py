@@ -177,18 +177,6 @@ def read_rl_rows(parquet: str, what: str) -> list[dict]:
     return rows
 
 
-# What snakemake/shell.py exports = the rule's threads in every shell job: the job-wide thread count, which the
-# TRL launcher splits over its ranks and the verl wrapper over its GPUs' workers.
-SNAKEMAKE_THREAD_VARS = (
-    "OMP_NUM_THREADS",
-    "GOTO_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-)
-
-
 def split_wrapped_command(argv: list[str], usage: str) -> tuple[list[str], list[str]] | None:
     """(the entry point's own arguments, the command it wraps) of a wrapper run as ``... OWN ARGS -- COMMAND``
     (verl's train wrapper, the TRL launcher); None, with ``usage`` printed on stderr, when there is no ``--``."""
@@ -249,6 +237,7 @@ def train_main(backend: str, argv: list[str] | None, env_check: str | Callable[[
     parser.add_argument(
         "--spec", required=True, help=f"JSON training spec, as grpoflow.backends.{backend}.commandline composes it"
     )
+    process_sigterm_stop()  # before the trainer's imports and model loading: a SIGTERM then is the same stop
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     setup_logging()
     try:
@@ -271,9 +260,6 @@ def train_main(backend: str, argv: list[str] | None, env_check: str | Callable[[
 # ---- one training run: resume point, live metrics, SIGTERM, the end -----------------------------------------------
 # The steps every backend's runner takes around its trainer (the TRL and Tunix runners; verl's wrapper has its own
 # because verl runs in another process tree).
-
-# A SIGTERM this soon after the first is a duplicate delivery of the same stop, not a second request.
-REPEATED_SIGNAL_S = 5.0
 
 
 def read_live_metrics(path: str | os.PathLike) -> list[dict]:
@@ -394,14 +380,17 @@ def finish_run(
 
 
 class SigtermStop:
-    """SIGTERM (a time limit, preemption) asks the trainer to stop at the next step boundary with a checkpoint;
-    ``requested`` says so, and ``on_request`` (if given) is called once. A second SIGTERM more than
-    REPEATED_SIGNAL_S after the first kills at once, without a checkpoint: SLURM often delivers one stop twice
-    within milliseconds (to the job step, and forwarded by srun), which is the same request."""
+    """SIGTERM (a time limit, preemption, scancel) asks the trainer to stop at the next step boundary with a
+    checkpoint; ``requested`` says so, and ``on_request`` (if given) is called once. Every later SIGTERM is the same
+    request and changes nothing: the step and its save go on until they are done, and only SIGKILL ends them sooner.
+    SLURM sends several at a time limit with ``--signal=TERM@<lead>`` (the lead's, then two at the limit, then
+    SIGKILL after KillWait: docs/reliability.md, "What a rank gets at a time limit"), and a save still running at
+    the limit's would otherwise be lost while KillWait had time for it."""
 
     def __init__(self, on_request: Callable[[], None] | None = None):
         self.on_request = on_request
         self.requested_at: float | None = None
+        self.said_at = 0.0  # when a repeat was last logged
         self.previous = signal.signal(signal.SIGTERM, self._handler)
 
     @property
@@ -411,14 +400,34 @@ class SigtermStop:
     def _handler(self, signum, frame) -> None:
         now = time.monotonic()
         if self.requested_at is None:
-            log.warning("SIGTERM: saving a checkpoint after this step, then stopping (send again to stop now)")
-            self.requested_at = now
+            self.requested_at = self.said_at = now
+            log.warning("SIGTERM: saving a checkpoint after this step, then stopping (SIGKILL stops at once)")
             if self.on_request is not None:
                 self.on_request()
-        elif now - self.requested_at > REPEATED_SIGNAL_S:
-            log.warning("second SIGTERM: stopping now, without a checkpoint")
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
+        elif now - self.said_at > 1:  # one line for the SIGTERMs that come together (SLURM's two at the limit)
+            self.said_at = now
+            log.warning(
+                "SIGTERM again, %.0f s after the first: still finishing the step and its checkpoint",
+                now - self.requested_at,
+            )
+
+    def watch(self, on_request: Callable[[], None] | None) -> None:
+        """Call ``on_request`` on the stop from now on; at once when it has already been asked for."""
+        self.on_request = on_request
+        if on_request is not None and self.requested:
+            on_request()
 
     def restore(self) -> None:
         signal.signal(signal.SIGTERM, self.previous)
+
+
+_PROCESS_STOP: list[SigtermStop] = []
+
+
+def process_sigterm_stop() -> SigtermStop:
+    """This process's one SigtermStop, installed on first use. A job's entry point installs it before anything slow
+    (and before a rank unblocks the SIGTERM torchrun held blocked for it): a SIGTERM while the model loads is then the
+    same stop, honoured at the first step boundary, instead of killing the process with Python's default action."""
+    if not _PROCESS_STOP:
+        _PROCESS_STOP.append(SigtermStop())
+    return _PROCESS_STOP[0]

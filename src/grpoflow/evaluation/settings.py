@@ -191,7 +191,12 @@ def check_evaluation_config(evaluation: dict) -> dict[str, BenchmarkRun]:
         # engine start (after the queue wait); fewer leave GPUs idle.
         tp = evaluation["vllm"]["tensor_parallel_size"]
         gpus = evaluation["resources"]["gpus"]
-        if tp != gpus:
+        if gpus == 0 and tp != 1:
+            # No GPUs: vLLM's CPU build in its own environment (grpoflow.evaluation.backends), one engine process.
+            raise ConfigError(
+                f"config error: evaluation.vllm.tensor_parallel_size = {tp} with evaluation.resources.gpus = 0: vLLM's CPU build runs here as one process; set tensor_parallel_size to 1 (or ask for GPUs)"
+            )
+        if gpus and tp != gpus:
             raise ConfigError(
                 f"config error: evaluation.vllm.tensor_parallel_size = {tp} but evaluation.resources.gpus = {gpus}: vLLM runs one rank per GPU; make them equal"
             )

@@ -55,15 +55,20 @@ def refusal(raw: dict) -> str:
 
 
 @pytest.mark.parametrize(
-    "grpo, named",
-    [({"top_p": 0.9}, "grpo.top_p = 0.9"), ({"top_k": 20}, "grpo.top_k = 20"), ({"top_p": 0.95, "top_k": 20}, "and")],
+    "grpo, named, fix",
+    [
+        ({"top_p": 0.9}, "grpo.top_p = 0.9", "grpo.top_p: 1.0"),
+        ({"top_k": 20}, "grpo.top_k = 20", "grpo.top_k: -1"),
+        ({"top_p": 0.95, "top_k": 20}, "grpo.top_p = 0.95 and grpo.top_k = 20", "grpo.top_p: 1.0, grpo.top_k: -1"),
+    ],
 )
-def test_truncated_sampling_under_the_importance_correction_is_refused(default_config, grpo, named):
+def test_truncated_sampling_under_the_importance_correction_is_refused(default_config, grpo, named, fix):
+    """The other places these settings can be put: test_trl_sampling_routes."""
     with pytest.raises(ConfigError) as err:
         gpu(default_config, grpo=grpo)
     text = str(err.value)
     assert "\n" not in text and "trl.vllm.importance_sampling_correction = true with " in text and named in text
-    assert "set trl.vllm.importance_sampling_correction: false" in text and "grpo.top_p: 1.0" in text
+    assert "set trl.vllm.importance_sampling_correction: false" in text and fix in text
 
 
 def test_truncated_sampling_is_accepted_without_the_correction_or_without_vllm(default_config):

@@ -124,7 +124,8 @@ def test_each_rank_gets_the_jobs_threads_split_over_the_processes_in_a_snakemake
     shell = cmd.replace("{", "{{").replace("}", "}}") + " > {log} 2>&1"
     log = run_train_grpo_job(tmp_path, shell, paths["marker"], threads, env=env, timeout=600)
     compute = json.loads(Path(paths["marker"]).read_text())["provenance"]["compute"]
-    assert compute["kernel_env"]["OMP_NUM_THREADS"] == "4", compute  # rank 0's; Snakemake exported 8
+    # rank 0's; Snakemake exported 8. torch takes MKL_NUM_THREADS over OMP_NUM_THREADS: both are split.
+    assert compute["kernel_env"]["OMP_NUM_THREADS"] == compute["kernel_env"]["MKL_NUM_THREADS"] == "4", compute
     # torch takes OMP_NUM_THREADS up to the machine's CPUs (2 on the CI machine).
     assert compute["torch"]["threads"] == min(4, os.cpu_count())
     assert "2 processes, 4 threads each (the job's 8 // 2)" in log

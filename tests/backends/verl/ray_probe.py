@@ -1,6 +1,7 @@
 """Stand-in for the trainer at the very end of the multi-node launch: attach to the Ray cluster the launcher
 started (RAY_ADDRESS, like verl's main_ppo), run one task pinned to every Ray node, and report what each node
-is (its SLURM node, the exported test variable, its GPUs). The launcher itself runs unchanged.
+is (its SLURM node, the exported test variable, its GPUs, the thread variables a task there sees and its torch's
+thread count). The launcher itself runs unchanged.
 
     python ray_probe.py --out probe.json [--exit-code N] [--sleep S] [ignored verl overrides ...]
 """
@@ -15,10 +16,16 @@ import time
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from grpoflow.threads import THREAD_VARS  # the job's PYTHONPATH has the repo's src
+
 
 @ray.remote(num_cpus=0)
 def where():
+    import torch
+
     return {
+        "threads": {k: os.environ.get(k) for k in THREAD_VARS},
+        "torch_threads": torch.get_num_threads(),
         "slurm_node": os.environ.get("SLURMD_NODENAME"),
         "test_var": os.environ.get("GRPOFLOW_PROBE_VAR"),
         "auth_mode": os.environ.get("RAY_AUTH_MODE"),

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from verlkit import REPO, job_state, leftover_ray, submit, wait_job
 
+from grpoflow.threads import THREAD_VARS
+
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 LAUNCHER = REPO / "src" / "grpoflow" / "backends" / "verl" / "ray_slurm.sh"
@@ -137,7 +139,9 @@ def test_node_count_mismatch_is_refused(local_slurm, tmp_path):
 
 def test_wrapper_runs_multi_node_through_the_launcher(local_slurm, tmp_path, tiny_model):
     """grpoflow.backends.verl.train with trainer.nnodes=2 goes through the launcher (the probe sees both nodes); the
-    probe trains nothing, so the wrapper then reports the zero-step exit instead of writing a marker."""
+    probe trains nothing, so the wrapper then reports the zero-step exit instead of writing a marker. The job exports
+    the six thread variables as a Snakemake job of 4 threads does; a Ray task on either node sees all six = the job's
+    CPUs per node (squeue: 2 tasks x 2 CPUs) / 8 GPUs, at least 1, and its torch runs that many threads."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -152,12 +156,15 @@ def test_wrapper_runs_multi_node_through_the_launcher(local_slurm, tmp_path, tin
         f"python -m grpoflow.backends.verl.train --marker {tmp_path}/out/marker.json --metrics {tmp_path}/out/metrics.jsonl -- "
         f"python {PROBE} --out {tmp_path / 'probe.json'} {overrides}"
     )
-    job = submit(job_script(wrapper, 36550), SBATCH, tmp_path)
+    snakemake_threads = "export " + " ".join(f"{k}=4" for k in THREAD_VARS)  # snakemake/shell.py, threads 4
+    job = submit(job_script(wrapper, 36550, snakemake_threads), SBATCH, tmp_path)
     state = wait_job(job)
     log = output(tmp_path)
     assert state["ExitCode"] == "1:0", log[-3000:]
     probe = json.loads((tmp_path / "probe.json").read_text())
     assert sorted(n["slurm_node"] for n in probe["nodes"]) == local_slurm["nodes"]
+    for node in probe["nodes"]:
+        assert node["threads"] == {k: "1" for k in THREAD_VARS} and node["torch_threads"] == 1, node
     assert "grpoflow: error: verl exited 0 but ran 0 steps of the planned 2" in log
     assert not (tmp_path / "out" / "marker.json").exists()
     assert_torn_down(job, log)

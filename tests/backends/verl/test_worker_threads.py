@@ -1,8 +1,8 @@
 """CPU threads of verl's Ray workers: verl's FSDP workers ask Ray for GPUs only, and Ray then sets OMP_NUM_THREADS=1
 in them unless the variable is already in their environment (ray/_private/utils.py set_omp_num_threads_if_unset).
-The verl wrapper sets OMP_NUM_THREADS = the job's CPUs per node / its GPUs before verl starts Ray; this checks, with
-a real local Ray, that an actor that asks for no CPU inherits it (and gets 1 without it), and that torch in the
-actor then uses that many threads."""
+The verl wrapper sets it (and the other five thread variables) = the job's CPUs per node / its GPUs before verl starts
+Ray; this checks, with a real local Ray, that an actor that asks for no CPU inherits it (and gets 1 without it), and
+that torch in the actor then uses that many threads."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from grpoflow.backends.verl.train import worker_threads
+from grpoflow.threads import THREAD_VARS
 
 pytestmark = [pytest.mark.slow]
 
@@ -41,9 +42,10 @@ def probe(env: dict) -> dict:
 
 
 def test_threads_from_the_jobs_cpus_and_verl_env_wins():
-    assert worker_threads(8, environ={}, cpus=160) == {"OMP_NUM_THREADS": "20"}
-    assert worker_threads(8, environ={}, cpus=4) == {"OMP_NUM_THREADS": "1"}
-    assert worker_threads(8, environ={"OMP_NUM_THREADS": "8"}, cpus=160) == {}  # verl.env's value stays
+    assert worker_threads(8, environ={}, cpus=160) == {k: "20" for k in THREAD_VARS}
+    assert worker_threads(8, environ={}, cpus=4) == {k: "1" for k in THREAD_VARS}
+    # verl.env's value stays, and the other five follow it
+    assert worker_threads(8, environ={"OMP_NUM_THREADS": "8"}, cpus=160) == {k: "8" for k in THREAD_VARS}
 
 
 def test_a_ray_actor_without_cpus_inherits_omp_num_threads_from_the_driver():

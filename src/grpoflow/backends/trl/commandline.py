@@ -13,6 +13,7 @@ because the Snakefile imports it on every dry-run.
 from __future__ import annotations
 
 from grpoflow.backends import common
+from grpoflow.backends.trl import sampling
 from grpoflow.config import WorkflowConfig, register_backend_check
 from grpoflow.errors import ConfigError
 
@@ -140,43 +141,10 @@ def check_trl_experiment(name: str, exp: dict, cfg=None) -> None:
         fail(
             f"trl.completions_per_device_batch = {micro} does not divide the {per_process} completions each of the {n} process(es) takes per step (grpo.prompts_per_step × num_generations / trl.processes = {grpo['prompts_per_step']} × {G} / {n}): use a divisor of {per_process}"
         )
-    if mode != "none":
-        _check_importance_sampling(exp, fail)
+    sampling.check(exp, fail, uses_vllm=mode != "none")
     if gpu:
         _check_numerics(exp, fail)
         _check_gpu_memory(name, exp, fail)
-
-
-def truncated_sampling(exp: dict) -> list[str]:
-    """The settings (as ``key = value``) that make vLLM sample from a truncated distribution (top-p, top-k, min-p),
-    as GRPOConfig gets them (trl.extra_args wins)."""
-    grpo, extra = exp["grpo"], exp["trl"]["extra_args"]
-    top_p = extra.get("top_p", grpo["top_p"])
-    top_k = extra.get("top_k", grpo["top_k"])
-    out = []
-    if top_p < 1:
-        out.append(f"{'trl.extra_args' if 'top_p' in extra else 'grpo'}.top_p = {top_p:g}")
-    if top_k is not None and top_k > 0:
-        out.append(f"{'trl.extra_args' if 'top_k' in extra else 'grpo'}.top_k = {top_k}")
-    if extra.get("min_p"):
-        out.append(f"trl.extra_args.min_p = {extra['min_p']:g}")
-    return out
-
-
-def _check_importance_sampling(exp: dict, fail) -> None:
-    """TRL 1.16 starts colocated vLLM with logprobs_mode processed_logprobs: the sampled token's log-prob after
-    temperature *and* the top-p/top-k mask, renormalised over the kept tokens, while the trainer's old log-probs are
-    over the whole vocabulary. Their ratio is the kept mass S (< 1) on every token, and the correction multiplies each
-    token's loss by it (top_p 0.9: ~0.9; top_k 20: ~0.1): a gradient scaled down, not corrected (TRL issue 6789).
-    vLLM 0.24 has no logprobs mode with temperature but without the truncation, so this is refused, not fixed."""
-    correction = exp["trl"]["extra_args"].get(
-        "vllm_importance_sampling_correction", exp["trl"]["vllm"]["importance_sampling_correction"]
-    )
-    truncation = truncated_sampling(exp)
-    if correction and truncation:
-        fail(
-            f"trl.vllm.importance_sampling_correction = true with {' and '.join(truncation)}: vLLM's log-probs are renormalised over the tokens top-p/top-k keep, the trainer's over the whole vocabulary, so TRL's importance weight scales every token's loss by the kept probability mass instead of correcting it (TRL issue 6789); set trl.vllm.importance_sampling_correction: false, or sample untruncated (grpo.top_p: 1.0, grpo.top_k: -1)"
-        )
 
 
 def _check_numerics(exp: dict, fail) -> None:

@@ -4,8 +4,8 @@ torchrun does not do in a Snakemake or SLURM job.
 
 Threads per rank. Snakemake exports ``OMP_NUM_THREADS`` (and MKL_/OPENBLAS_/GOTO_/VECLIB_/NUMEXPR_ thread variables)
 = the rule's threads in every shell job (snakemake/shell.py), and torchrun sets ``OMP_NUM_THREADS=1`` only where it
-is unset, so every rank would run the job's whole thread count on the job's CPUs. Each rank gets the job's threads
-// N (at least 1) instead; without the variable, this process's CPUs // N.
+is unset, so every rank would run the job's whole thread count on the job's CPUs. Each rank gets all six = the job's
+threads // N (at least 1; grpoflow.threads) instead; without the variable, this process's CPUs // N.
 
 The grace after SIGTERM. torchrun answers SIGTERM by forwarding it to its ranks and SIGKILLing them after its
 shutdown timeout, which torch up to 2.11 (the cluster lock's) hard-codes to 30 s (``PContext.close(timeout=30)``;
@@ -14,9 +14,11 @@ stopping at a step boundary needs the step plus a checkpoint. So torchrun runs w
 signal stays pending, whoever sends it, SLURM included, and whatever torch version): it never starts its 30-s
 countdown. The ranks unblock it first thing (``unblock_stop_signal``, grpoflow.backends.trl.train) and stop at
 their step boundary on their own SIGTERM (SLURM signals every process of the step), or on the one this launcher
-forwards when only it is signalled. This launcher waits ``S`` seconds (``trl.shutdown_timeout``) for torchrun to
-exit, then SIGKILLs the ranks and torchrun. SLURM's own SIGKILL (KillWait after the time limit) still ends
-everything: ``--signal=TERM@<lead>`` decides how much of the grace a time limit leaves (docs/backends.md).
+forwards when only it is signalled; a later SIGTERM (SLURM sends two more at the time limit) is the same stop, to
+the ranks (grpoflow.backends.common.SigtermStop) and to this launcher, so a save in progress goes on. This launcher
+waits ``S`` seconds (``trl.shutdown_timeout``) for torchrun to exit, then SIGKILLs the ranks and torchrun. SLURM's
+own SIGKILL (KillWait after the time limit) still ends everything: ``resources.term_before_limit_s`` (sbatch
+``--signal=TERM@<lead>``) decides how much of the grace a time limit leaves (docs/reliability.md).
 torchrun's other duties (rendezvous, a failed rank stopping the others, exit status) are unchanged.
 """
 
@@ -30,7 +32,8 @@ import subprocess
 import sys
 import time
 
-from grpoflow.backends.common import SNAKEMAKE_THREAD_VARS, split_wrapped_command
+from grpoflow.backends.common import split_wrapped_command
+from grpoflow.threads import cpu_affinity, process_threads
 
 log = logging.getLogger("grpoflow.backends.trl.launch")
 
@@ -42,14 +45,12 @@ def job_threads(environ=os.environ) -> int:
     text = environ.get("OMP_NUM_THREADS", "")
     if text.isdigit() and int(text) > 0:
         return int(text)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cpu_affinity()
 
 
 def rank_threads(nproc: int, environ=os.environ) -> dict[str, str]:
-    """The thread variables each of ``nproc`` ranks gets: the job's threads // nproc, at least 1 (OMP_NUM_THREADS
-    always; the others where the job has them)."""
-    each = str(max(1, job_threads(environ) // max(1, nproc)))
-    return {k: each for k in SNAKEMAKE_THREAD_VARS if k == "OMP_NUM_THREADS" or k in environ}
+    """The six thread variables each of ``nproc`` ranks gets: the job's threads // nproc, at least 1."""
+    return process_threads(nproc, job_threads(environ))
 
 
 def unblock_stop_signal() -> None:
@@ -109,14 +110,15 @@ def run(nproc: int, grace: float, target: list[str], environ=os.environ) -> int:
     told: set[int] = set()  # the ranks SIGTERM was forwarded to
 
     def on_stop(signum, _frame):
-        if not stopped_at:
-            log.warning(
-                "%s: the ranks stop at their next step boundary with a checkpoint; SIGKILL in %g s (trl.shutdown_timeout)",
-                signal.Signals(signum).name,
-                grace,
-            )
-            stopped_at.append(time.monotonic())
-        if started:  # every SIGTERM is forwarded: a second one, later, means "stop now" to the ranks (SigtermStop)
+        if stopped_at:  # the ranks were told; a later SIGTERM (SLURM's at the limit) is the same stop
+            return
+        log.warning(
+            "%s: the ranks stop at their next step boundary with a checkpoint; SIGKILL in %g s (trl.shutdown_timeout)",
+            signal.Signals(signum).name,
+            grace,
+        )
+        stopped_at.append(time.monotonic())
+        if started:
             told.update(_signal_ranks(started[0].pid, STOP))
 
     previous = signal.signal(STOP, on_stop)

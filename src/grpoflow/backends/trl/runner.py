@@ -147,7 +147,7 @@ def _callbacks(live_metrics: Path, spec: dict):
         """SIGTERM (grpoflow.backends.common.SigtermStop) ends the run at the next step boundary with a checkpoint."""
 
         def __init__(self):
-            self.signal = common.SigtermStop()
+            self.signal = common.process_sigterm_stop()  # installed at the job's start (grpoflow.backends.trl.train)
 
         def on_step_end(self, args, state, control, **kwargs):
             stop = self.signal.requested

@@ -25,10 +25,13 @@ def env_check(spec: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from grpoflow.backends.common import process_sigterm_stop
     from grpoflow.backends.trl.launch import unblock_stop_signal
 
     # Under grpoflow.backends.trl.launch torchrun holds SIGTERM blocked, and its ranks inherit that: each rank takes
     # the signal itself (a checkpoint at the step boundary), within trl.shutdown_timeout rather than torchrun's 30 s.
+    # The handler comes first: a SIGTERM while the model loads is the same stop, taken at the first step boundary.
+    process_sigterm_stop()
     unblock_stop_signal()
     code = train_main("trl", argv, env_check)
     close_process_group()

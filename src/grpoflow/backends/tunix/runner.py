@@ -19,7 +19,7 @@ What it does, in order (``run_training``):
 
 SIGTERM (SLURM's time limit, preemption, Ctrl-C of a supervisor) ends the run at the next step boundary: the data
 iterator stops, Tunix's learner leaves its loop and its trainer saves the last finished step (``PeftTrainer.close``
-→ ``_save_last_checkpoint``). A second SIGTERM more than common.REPEATED_SIGNAL_S later kills at once.
+→ ``_save_last_checkpoint``). A later SIGTERM is the same stop (common.SigtermStop): only SIGKILL ends the save.
 """
 
 from __future__ import annotations
@@ -412,7 +412,8 @@ def algo_config(grpo: dict, tunix: dict):
 def _run_until_done_or_stopped(learner, batches: PromptBatches) -> None:
     """Tunix's training loop; SIGTERM stops the batches at the next step, then Tunix's learner leaves its loop and
     saves the last step."""
-    stop = common.SigtermStop(on_request=batches.stop)
+    stop = common.process_sigterm_stop()  # installed at the job's start (common.train_main)
+    stop.watch(batches.stop)
     try:
         learner.train(batches)
     except StopIteration:
@@ -420,7 +421,7 @@ def _run_until_done_or_stopped(learner, batches: PromptBatches) -> None:
         if not batches.stopped:
             raise
     finally:
-        stop.restore()
+        stop.watch(None)
 
 
 def _trackers(report_to: list[str], ckpt_dir: Path, experiment: str) -> list:

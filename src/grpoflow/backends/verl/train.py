@@ -40,7 +40,7 @@ from pathlib import Path
 
 from grpoflow import checkpoint_record as ckrec
 from grpoflow import envcheck, gpucheck
-from grpoflow.backends.common import SNAKEMAKE_THREAD_VARS, split_wrapped_command, write_marker, write_metrics
+from grpoflow.backends.common import split_wrapped_command, write_marker, write_metrics
 from grpoflow.backends.verl import ckpt as ck
 from grpoflow.backends.verl import metrics as vm
 from grpoflow.backends.verl.memory import at_job_start as memory_estimate
@@ -50,6 +50,7 @@ from grpoflow.io import exclusive_dir
 from grpoflow.progress import StepProgress
 from grpoflow.provenance import provenance
 from grpoflow.schema import saved_steps
+from grpoflow.threads import cpu_affinity, process_threads, snakemake_threads
 
 log = logging.getLogger("grpoflow.backends.verl.train")
 
@@ -157,37 +158,31 @@ def job_cpus_per_node() -> int:
             return max(1, int(out[0]) // max(1, int(out[1])))
         except (OSError, subprocess.SubprocessError, ValueError, IndexError):
             pass
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def snakemake_threads(environ=os.environ) -> int | None:
-    """The job's threads as Snakemake exported them (all six variables set and equal), else None."""
-    values = {environ.get(k) for k in SNAKEMAKE_THREAD_VARS}
-    if len(values) == 1 and (value := values.pop()) and value.isdigit() and int(value) > 0:
-        return int(value)
-    return None
+    return cpu_affinity()
 
 
 def worker_threads(gpus_per_node: int, environ=os.environ, cpus: int | None = None) -> dict[str, str]:
-    """OMP_NUM_THREADS for verl's Ray workers: the job's CPUs per node / its GPUs per node, at least 1. Ray sets it to
-    1 in every actor that asks for no CPUs unless it is already in the worker's environment
-    (ray/_private/utils.py set_omp_num_threads_if_unset), and verl's FSDP workers ask only for GPUs; workers inherit it
-    from the process that starts Ray (verl's driver on one node, each node's `ray start` under the launcher). So
-    torch's CPU ops in each worker (the AdamW step with verl.offload_policy, gradient accumulation into offloaded
-    grads) get the node's CPUs split over its GPUs instead of one thread, or, as inherited from the job, the job's
-    whole thread count in each of the GPUs' workers.
+    """The six thread variables (grpoflow.threads) for every process verl starts on a node: its FSDP workers, its
+    rollout servers and the vLLM processes they start, all = the job's CPUs per node / its GPUs per node, at least 1.
+    They inherit them from the process that starts Ray (verl's driver on one node, each node's `ray start` under the
+    launcher), and neither Ray (ray/_private/utils.py set_omp_num_threads_if_unset: 1 in an actor that asks for no
+    CPU, as verl's FSDP workers do) nor vLLM (set_multiprocessing_worker_envs) changes a count that is set. So torch's
+    CPU ops in each worker (the AdamW step with verl.offload_policy, gradient accumulation into offloaded grads) get
+    the node's CPUs split over its GPUs, instead of the job's whole count in each GPU's worker (Snakemake's export,
+    in which torch takes MKL_NUM_THREADS over OMP_NUM_THREADS).
 
-    An inherited OMP_NUM_THREADS is kept only when it is not Snakemake's job-wide export (the six thread variables
-    equal): set by verl.env or by hand for the workers. (A verl.env value equal to the job's threads cannot be told
-    from Snakemake's, and is replaced.) The job's CPUs: squeue's inside
-    SLURM (job_cpus_per_node), else the threads Snakemake gave the job, else this process's CPU affinity. Decided in
-    the job, not in the command, so a changed cpus_per_task does not rerun training."""
+    An inherited OMP_NUM_THREADS is kept only when it is not Snakemake's job-wide export (the six variables equal):
+    set by verl.env or by hand for the workers; the other five then follow it. (A verl.env value equal to the job's
+    threads cannot be told from Snakemake's, and is replaced.) The job's CPUs: squeue's inside SLURM
+    (job_cpus_per_node), else the threads Snakemake gave the job, else this process's CPU affinity. Decided in the
+    job, not in the command, so a changed cpus_per_task does not rerun training."""
     job = snakemake_threads(environ)
-    if environ.get("OMP_NUM_THREADS") and job is None:
-        return {}
+    given = environ.get("OMP_NUM_THREADS", "")
+    if job is None and given.isdigit() and int(given) > 0:
+        return process_threads(1, int(given))
     if cpus is None:
         cpus = job if job is not None and not environ.get("SLURM_JOB_ID") else job_cpus_per_node()
-    return {"OMP_NUM_THREADS": str(max(1, cpus // max(1, gpus_per_node)))}
+    return process_threads(gpus_per_node, cpus)
 
 
 class Interrupted(Exception):
@@ -448,14 +443,14 @@ def _run_attempt(
     ).absolute()
     logfile.parent.mkdir(parents=True, exist_ok=True)
     threads = worker_threads(gpus_per_node)
-    if threads:
-        log.info(
-            "OMP_NUM_THREADS=%s for verl's workers (the job's CPUs per node / %d GPUs)",
-            threads["OMP_NUM_THREADS"],
-            gpus_per_node,
-        )
-    else:
-        log.info("OMP_NUM_THREADS=%s for verl's workers (as set for them)", os.environ["OMP_NUM_THREADS"])
+    log.info(
+        "%s threads each for verl's %d GPU workers per node and their rollout (%s)",
+        threads["OMP_NUM_THREADS"],
+        gpus_per_node,
+        "OMP_NUM_THREADS as set for them"
+        if snakemake_threads() is None and os.environ.get("OMP_NUM_THREADS")
+        else "the job's CPUs per node / its GPUs per node",
+    )
     env = {**os.environ, **threads, "VERL_FILE_LOGGER_PATH": str(logfile)}
     started = time.monotonic()
     try:
