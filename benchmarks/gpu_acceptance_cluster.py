@@ -222,9 +222,9 @@ def rule_command(cfg, experiment: str, inputs: dict, outputs: dict) -> str:
 
 def thread_env(threads: int) -> dict[str, str]:
     """What Snakemake exports for a job of ``threads`` threads (the six variables equal), as for train_grpo."""
-    from grpoflow.backends.common import SNAKEMAKE_THREAD_VARS
+    from grpoflow.threads import THREAD_VARS
 
-    return {k: str(threads) for k in SNAKEMAKE_THREAD_VARS}
+    return {k: str(threads) for k in THREAD_VARS}
 
 
 def merge_command(cfg, experiment: str, work: Path) -> list[str]:
@@ -451,7 +451,9 @@ def part_verl(kit, work: Path) -> dict:
     text = log.read_text(errors="replace")
     memory = verl_memory_lines(kit, cfg, b, smi.peak_mib)
     merged = run_merge_and_evaluate(kit, cfg, work)
-    threads = next((ln.split("] ", 1)[-1] for ln in text.splitlines() if "for verl's workers" in ln), "no thread line")
+    threads = next(
+        (ln.split(": ", 1)[-1] for ln in text.splitlines() if "threads each for verl's" in ln), "no thread line"
+    )
     rows = [json.loads(x) for x in Path(outs["metrics"]).read_text().splitlines() if x.strip()]
     ran = merged["ok"] and len(rows) == VERL_RUN["steps"]
     return {
@@ -465,26 +467,44 @@ def part_verl(kit, work: Path) -> dict:
 
 def run_shell(kit, shell: str, env: dict, log: Path, cwd: Path, timeout: float) -> int:
     """``bash -c shell`` in its own process group, output to ``log``. At the timeout it gets SIGTERM, as SLURM's time
-    limit would send, then everything it started is killed: verl's wrapper runs verl in a session of its own
-    (grpoflow.backends.verl.train.run_trainer), which the group's kill would not reach, and Ray's processes are
-    verl's descendants."""
-    import psutil
-
+    limit would send, then every process it started is killed: verl's wrapper runs verl in a session of its own
+    (grpoflow.backends.verl.train.run_trainer), which the group's kill would not reach, and Ray's processes outlive
+    their parents. They are found by a variable every one of them inherits (JOB_MARK)."""
+    mark = f"{os.getpid()}-{time.time_ns()}"
     with open(log, "w") as f:
-        proc = subprocess.Popen(["bash", "-c", shell], env=kit.job_env(env), stdout=f, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(["bash", "-c", shell], env=kit.job_env({**env, JOB_MARK: mark}), stdout=f, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True)  # fmt: skip
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        tree = psutil.Process(proc.pid).children(recursive=True)
         os.killpg(proc.pid, signal.SIGTERM)
-        psutil.wait_procs(tree, timeout=20)
-        for p in tree:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
+        stop_marked(mark, grace=20)
         kit.kill_group(proc)
         raise
+
+
+JOB_MARK = "GPU_ACCEPTANCE_JOB"
+
+
+def stop_marked(mark: str, grace: float) -> None:
+    """SIGKILL every process whose environment carries JOB_MARK=mark, after ``grace`` seconds for them to end."""
+    import psutil
+
+    def marked() -> list:
+        out = []
+        for p in psutil.process_iter():
+            try:
+                if p.environ().get(JOB_MARK) == mark and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                pass
+        return out
+
+    psutil.wait_procs(marked(), timeout=grace)
+    for p in marked():
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def verl_memory_lines(kit, cfg, b, smi_peak_mib: int) -> dict:

@@ -294,12 +294,19 @@ def test_vllms_packed_tensors_are_rebuilt_from_the_trainers(ga):
     assert ga.cluster.expected_tensor("model.layers.0.mlp.gate_up_proj.weight", trainer) is None
 
 
-def test_a_job_past_its_time_is_stopped_with_what_it_started_in_a_session_of_its_own(ga, tmp_path):
-    """As verl's wrapper runs verl (start_new_session), which the job's process group does not contain; a sleeping
-    child stands in for verl."""
-    psutil = require("psutil")
-    shell = "setsid sleep 300 & echo $! > child.pid; wait"
-    with pytest.raises(subprocess.TimeoutExpired):
-        ga.cluster.run_shell(ga, shell, {}, tmp_path / "log", tmp_path, timeout=3)
-    pid = int((tmp_path / "child.pid").read_text())
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+def test_what_a_job_started_in_a_session_of_its_own_is_found_and_killed(ga):
+    """What the verl part does at its time limit (cluster.run_shell): verl's wrapper starts verl in a session of its
+    own, which killing the job's process group does not reach; every process the job started carries the job's mark
+    in its environment. A sleeping process in its own session stands in for verl."""
+    mark = f"test-{os.getpid()}"
+    env = {**os.environ, ga.cluster.JOB_MARK: mark}
+    child = subprocess.Popen(["setsid", "sleep", "300"], env=env)
+    other = subprocess.Popen(["setsid", "sleep", "300"])  # not the job's: left alone
+    try:
+        ga.cluster.stop_marked(mark, grace=1)
+        assert child.wait(timeout=30) == -9
+        assert other.poll() is None
+    finally:
+        for p in (child, other):
+            p.kill()
+            p.wait()
