@@ -668,7 +668,11 @@ def part_server(kit, work: Path) -> dict:
         stop_server(kit, server)
     if gpus < 2 or not client["ok"]:
         status = "fail" if not client["ok"] else "incomplete"
-        why = "" if gpus > 1 else "; weight sync not tried: one GPU (NCCL refuses two ranks on one device)"
+        why = (
+            ""
+            if gpus > 1
+            else f"; weight sync not tried: {gpus} GPU(s), it needs 2 (NCCL refuses two ranks on one device)"
+        )
         return {"status": status, "line": client["line"] + why, "client": client}
     train = server_train_leg(kit, work)
     return {
