@@ -211,13 +211,22 @@ def rule_command(cfg, experiment: str, inputs: dict, outputs: dict) -> str:
     """train_grpo's ``params.command`` as rules/common.smk's ``training_command`` composes it: the backend's
     command, run through the experiment's plane's environment (grpoflow.deployment), whose interpreter is this one
     (the kit runs under the cluster environment's python, as cluster_env.python names it)."""
-    from grpoflow import deployment
     from grpoflow.backends import training_command
 
-    raw = {"cluster_env": {"python": sys.executable}}
-    envs = deployment.job_envs(raw, set(), local_python=sys.executable)
-    plane = deployment.experiment_plane(cfg.experiment(experiment))
-    return envs[plane].command(training_command(cfg, experiment, inputs, outputs))
+    return in_plane(cfg, experiment, training_command(cfg, experiment, inputs, outputs))
+
+
+def in_plane(cfg, experiment: str, command: str) -> str:
+    """``command`` with its plane's exports and interpreter (grpoflow.deployment), the interpreter being this one."""
+    from grpoflow import deployment
+
+    envs = deployment.job_envs({"cluster_env": {"python": sys.executable}}, set(), local_python=sys.executable)
+    return envs[deployment.experiment_plane(cfg.experiment(experiment))].command(command)
+
+
+# train_grpo's shell (rules/train.smk) before its command: it waits on signals rather than dying with the job step,
+# and the GPU check's first attempt.
+RULE_SHELL = "trap : TERM INT USR1 USR2; export GRPOFLOW_GPU_CHECK_RETRY=0; "
 
 
 def thread_env(threads: int) -> dict[str, str]:
@@ -365,11 +374,7 @@ def dry(key: str, kit, work: Path) -> dict:
         if importlib.util.find_spec("trl") is not None:
             out["server_command"] = shlex.join(server_command(work / VLLM_MODEL, SERVER_PORT, 0.3))
         mode = server_mode_supported(kit, work, 80)
-        out["train_leg"] = (
-            mode
-            if isinstance(mode, str)
-            else shlex.join(kit.train_command(mode, work, "server", probe=True, sft=VLLM_SFT)[0])
-        )
+        out["train_leg"] = mode if isinstance(mode, str) else server_leg_shell(kit, mode, work)
         return out
     raise KeyError(key)
 
@@ -437,8 +442,7 @@ def part_verl(kit, work: Path) -> dict:
     b = verl_estimate(cfg, kit.EXP)
     (work / "verl").mkdir(parents=True, exist_ok=True)
     log = work / "verl" / "train.log"
-    # The rule's shell: it waits on signals rather than dying with the job step; the GPU check's first attempt.
-    shell = f"trap : TERM INT USR1 USR2; export GRPOFLOW_GPU_CHECK_RETRY=0; {command}"
+    shell = RULE_SHELL + command
     t0 = time.time()
     with kit.GpuSampler() as smi:
         try:
@@ -797,16 +801,42 @@ def step_model(model, sequences: list[list[int]], device: str) -> None:
     model.eval()
 
 
+def server_leg_shell(kit, cfg, work: Path) -> str:
+    """train_grpo's command for the server-mode experiment, as the rule composes it (the backend's command through
+    grpoflow.deployment), with the training module run under the kit's probe instead: whatever grpoflow's server
+    mode puts around the trainer (starting the server, checking it) runs as it is."""
+    from grpoflow.backends.trl.commandline import command
+
+    module = "python -m grpoflow.backends.trl.train"
+    outs = {"marker": str(work / "server" / "training_complete.json"), "metrics": str(work / "server" / "train_metrics.jsonl")}  # fmt: skip
+    ins = {"train": str(work / "data" / "train.parquet"), "val": str(work / "data" / "val.parquet")}
+    text = command(cfg, kit.EXP, {**ins, "sft": str(work / VLLM_SFT)}, outs)
+    if module not in text:
+        raise ValueError(f"the server-mode command does not run `{module}`: {text[:200]}")
+    probed = text.replace(module, f"{shlex.quote(sys.executable)} {shlex.quote(str(kit.THIS))} --probe-train", 1)
+    return RULE_SHELL + in_plane(cfg, kit.EXP, probed)
+
+
 def server_train_leg(kit, work: Path) -> dict:
-    """The train_grpo command with trl.vllm.mode: server under the sync probe, when this checkout accepts it: the
-    server is then the one grpoflow's server mode starts or finds, as its config says (the kit's own is stopped)."""
+    """train_grpo's command with trl.vllm.mode: server under the sync probe, when this checkout accepts it: the
+    server is then the one grpoflow's server mode starts, as its config says (the kit's own is stopped by then)."""
     cfg = server_mode_supported(kit, work, gpu_memory_gb())
     if isinstance(cfg, str):
         return {"ok": False, "line": cfg}
-    result = run_probed_training(kit, cfg, work, "server")
-    if "probe" not in result:
-        return {"ok": False, "line": result["line"]}
-    return sync_verdict(result["probe"].get("syncs", []))
+    try:
+        shell = server_leg_shell(kit, cfg, work)
+    except ValueError as err:
+        return {"ok": False, "line": f"train leg not run: {err}"}
+    (work / "server").mkdir(parents=True, exist_ok=True)
+    probe_file, log = work / "server" / "probe.json", work / "server" / "train.log"
+    try:
+        code = run_shell(kit, shell, {"GPU_ACCEPTANCE_PROBE": str(probe_file)}, log, work, timeout=kit.time_left())
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "line": f"train leg still running at the part's limit: {kit.last_line(log)}"}
+    if code:
+        return {"ok": False, "line": f"train leg exited {code}: {kit.last_line(log)}"}
+    probe = json.loads(probe_file.read_text()) if probe_file.is_file() else {}
+    return sync_verdict(probe.get("syncs", []))
 
 
 # ---- the probe's weight-sync records (inside the training process, kit.probe_train) ------------------------------

@@ -310,3 +310,15 @@ def test_what_a_job_started_in_a_session_of_its_own_is_found_and_killed(ga):
         for p in (child, other):
             p.kill()
             p.wait()
+
+
+def test_the_server_legs_command_is_train_grpos_with_the_trainer_under_the_probe(ga, tmp_path):
+    """Whatever grpoflow's server mode puts around the trainer runs as the rule would run it; only the training
+    module is swapped for the kit's probe (on main server mode is refused, so a colocate config shows the swap)."""
+    cfg = ga.cluster.sync_config(ga, tmp_path, "colocate", "colocate", 80)
+    shell = ga.cluster.server_leg_shell(ga, cfg, tmp_path)
+    assert shell.startswith(ga.cluster.RULE_SHELL + "export HF_HUB_OFFLINE=1 ")
+    assert "-m grpoflow.backends.trl.train" not in shell
+    argv = shlex.split(shell.split(" && ", 1)[1])
+    assert argv[:3] == [sys.executable, str(SCRIPT), "--probe-train"]
+    assert json.loads(argv[argv.index("--spec") + 1])["trl"]["vllm"]["mode"] == "colocate"
