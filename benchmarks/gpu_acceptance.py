@@ -35,8 +35,16 @@ Parts (each in its own subprocess with its own timeout; one failing does not sto
 6. ``tunix``: if Tunix imports on the machine's JAX (CUDA), XLA's memory for Tunix's GRPO loss + gradient at
    Qwen3-0.6B widths (2 and 4 layers) against ``grpoflow.backends.tunix.memory``'s per-layer model.
 
+7. ``verl``, ``colocate``, ``server`` (the cluster parts, ``--parts cluster``; benchmarks/gpu_acceptance_cluster.py):
+   two verl GRPO steps through train_grpo's own command, merged and evaluated, memory against verl's estimate; TRL
+   with colocated vLLM, whose weights are compared with the trainer's after every sync; TRL's vLLM server beside
+   the trainer (generation through the client; NCCL weight sync with two GPUs). They need the cluster environment
+   (vLLM, verl, Ray), which the lent machine lacks and cannot be carried (``--plan`` gives the sizes): there they
+   print ``skipped: needs ...``; run them on a GPU node with ``GPU_PYTHON=<cluster_env>/bin/python``.
+
 Without a CUDA device every part prints ``skipped: no CUDA device`` and the script exits 3: nothing is pretended.
-What it cannot cover: vLLM, verl, Ray, NCCL across GPUs, several nodes (docs/gpu-acceptance.md).
+What it cannot cover: NCCL across GPUs, several nodes, on the lent machine vLLM, verl and Ray
+(docs/gpu-acceptance.md).
 """
 
 from __future__ import annotations
@@ -57,6 +65,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 THIS = Path(__file__).resolve()
+sys.path.insert(0, str(THIS.parent))
+import gpu_acceptance_cluster as cluster  # noqa: E402 - beside this script
+
 EXP = "tiny-arith-seed1"
 MIB = 2**20
 GIB = 2**30
@@ -91,8 +102,15 @@ PARTS = [
     Part("sigterm", "SIGTERM to torchrun: checkpoint inside the grace", 110, True, ("grpoflow", "trl")),
     Part("eval", "transformers evaluation, CUDA vs CPU verdicts", 70, True, ("grpoflow",)),
     Part("tunix", "Tunix GRPO update on JAX CUDA vs tunix.memory", 75, False, ("grpoflow", "tunix")),
+    # The cluster parts (benchmarks/gpu_acceptance_cluster.py): they need the cluster environment (vLLM, verl,
+    # Ray), which cannot be carried to the lent machine; with it, `--parts cluster` runs these three alone.
+    Part("verl", "verl GRPO via train_grpo's command, merge, evaluate; memory vs estimate", 270, True, ("cluster",)),
+    Part("colocate", "TRL colocate: vLLM's weights equal the trainer's after each sync", 90, True, ("cluster",)),
+    Part("server", "TRL server mode: generation via the client; NCCL sync (2 GPUs)", 90, True, ("cluster",)),
 ]
 PART_KEYS = [p.key for p in PARTS]
+# Names --parts accepts for a group of parts.
+PART_GROUPS = {"cluster": list(cluster.CLUSTER_PART_KEYS)}
 PREP_TIMEOUT_S = 90
 
 # What the GPU machine lacks, by group: name, lock file whose pin is used, why. The machine's image
@@ -236,10 +254,13 @@ def selected_parts(spec: str | None) -> list[Part]:
     """The parts named in ``spec`` (comma-separated keys), in run order; all when None."""
     if not spec:
         return list(PARTS)
-    wanted = [k.strip() for k in spec.split(",") if k.strip()]
+    wanted = [k for w in spec.split(",") if w.strip() for k in PART_GROUPS.get(w.strip(), [w.strip()])]
     unknown = [k for k in wanted if k not in PART_KEYS]
     if unknown:
-        raise SystemExit(f"gpu_acceptance: unknown part(s) {', '.join(unknown)}: choose from {', '.join(PART_KEYS)}")
+        raise SystemExit(
+            f"gpu_acceptance: unknown part(s) {', '.join(unknown)}: choose from {', '.join(PART_KEYS)} (or a group: "
+            f"{', '.join(PART_GROUPS)})"
+        )
     return [p for p in PARTS if p.key in wanted]
 
 
@@ -256,6 +277,9 @@ def plan(parts: list[Part], wheels_dir: Path | None) -> dict:
         "build": shlex.join(build_command(".whl", rows)),
         "sizes": sizes,
         "device_command": device_command(),
+        "cluster": cluster.plan_lines(locked_versions(REPO / "requirements" / "cluster.lock"))
+        if any(p.key in cluster.CLUSTER_PART_KEYS for p in parts)
+        else [],
     }
 
 
@@ -289,6 +313,8 @@ def print_plan(p: dict) -> None:
     print(budget_line(p["sizes"]))
     print("device call (carry .whl):")
     print(f"  {p['device_command']}")
+    for line in p["cluster"]:
+        print(line)
 
 
 def build_wheels(dest: Path, parts: list[Part]) -> dict:
@@ -414,7 +440,7 @@ def estimate_terms(cfg) -> dict:
     }
 
 
-def train_command(cfg, work: Path, name: str, probe: bool) -> tuple[list[str], dict]:
+def train_command(cfg, work: Path, name: str, probe: bool, sft: str = "sft.json") -> tuple[list[str], dict]:
     """The train_grpo job's command (grpoflow.backends.trl.commandline.command) for one process under the job's
     launcher. The command adds the launcher only for several processes; here it is put in front by hand, as
     ``commandline.launcher`` writes it, so the one process runs under the GPU image's torchrun with the launcher's
@@ -423,7 +449,7 @@ def train_command(cfg, work: Path, name: str, probe: bool) -> tuple[list[str], d
 
     outs = {"marker": str(work / name / "training_complete.json"), "metrics": str(work / name / "train_metrics.jsonl")}
     ins = {"train": str(work / "data" / "train.parquet"), "val": str(work / "data" / "val.parquet")}
-    ins["sft"] = str(work / "sft.json")
+    ins["sft"] = str(work / sft)
     argv = shlex.split(command(cfg, EXP, ins, outs))
     assert argv[:3] == ["python", "-m", "grpoflow.backends.trl.train"], argv[:3]
     spec = json.loads(argv[argv.index("--spec") + 1])
@@ -474,6 +500,8 @@ def dry_part(key: str, work: Path) -> dict:
     if key == "eval":
         cmd = eval_command(work)
         return {"status": "dry", "line": f"would run: {shlex.join(cmd)[:160]}", "command": shlex.join(cmd)}
+    if key in cluster.CLUSTER_PART_KEYS:
+        return cluster.dry(key, sys.modules[__name__], work)
     if key == "tunix":
         from grpoflow.backends.tunix import memory as tmem
         from grpoflow.backends.verl.memory import PRESETS
@@ -553,9 +581,22 @@ def prep(work: Path) -> dict:
     model.save_pretrained(work / "qwen3-0.6b-random")
     tok.save_pretrained(work / "qwen3-0.6b-random")
     discover_to_file({"model": str(work / "qwen3-0.6b-random")}, str(work / "sft.json"))
+    # The vLLM parts' model: the same widths with the tokenizer's vocabulary, so that vLLM's detokenizer and the
+    # rewards never meet a sampled id the tokenizer lacks (the tokenizer filled up to it with plain tokens).
+    if len(tok) > cluster.VLLM_VOCAB:
+        raise RuntimeError(f"the demo tokenizer has {len(tok)} tokens, more than {cluster.VLLM_VOCAB}")
+    tok.add_tokens([f"<|fill{i}|>" for i in range(cluster.VLLM_VOCAB - len(tok))])
+    config.vocab_size = cluster.VLLM_VOCAB
+    torch.manual_seed(0)
+    small = Qwen3ForCausalLM(config).to(torch.bfloat16)
+    small.generation_config = model.generation_config
+    small.save_pretrained(work / cluster.VLLM_MODEL)
+    tok.save_pretrained(work / cluster.VLLM_MODEL)
+    discover_to_file({"model": str(work / cluster.VLLM_MODEL)}, str(work / cluster.VLLM_SFT))
     return {
         "status": "pass",
-        "line": f"data, demo model and a {n / 1e9:.3f} B-parameter Qwen3-0.6B-architecture model built",
+        "line": f"data, demo model and a {n / 1e9:.3f} B-parameter Qwen3-0.6B-architecture model built (and its "
+        f"{cluster.VLLM_VOCAB}-token-vocabulary twin for the vLLM parts)",
     }
 
 
@@ -981,6 +1022,7 @@ RUNNERS = {
     "sigterm": part_sigterm,
     "eval": part_eval,
     "tunix": part_tunix,
+    **{key: (lambda run: lambda w: run(sys.modules[__name__], w))(run) for key, run in cluster.RUNNERS.items()},
 }
 
 
@@ -992,6 +1034,7 @@ def probe_train(argv: list[str]) -> None:
     CUDA allocator at train start and after the first optimizer step (weights, then + AdamW state: gradients are
     freed by zero_grad before on_step_end), whether the trained weights are fp32 and moved, and at exit the peaks."""
     import atexit
+    import importlib.util
     import runpy
 
     import torch
@@ -1037,8 +1080,12 @@ def probe_train(argv: list[str]) -> None:
         probe = Probe()
         probe.trainer = self
         self.add_callback(probe)
+        if getattr(self, "vllm_generation", None) is not None:  # the sync records read the trainer's step
+            self.vllm_generation.gpu_acceptance_trainer = self
 
     trl.GRPOTrainer.__init__ = init
+    if importlib.util.find_spec("vllm") is not None:  # vLLM rollouts: every weight sync compared (cluster parts)
+        cluster.install_sync_probe(record)
 
     def write():
         if cuda:
@@ -1074,7 +1121,19 @@ def versions() -> str:
     import importlib.metadata as md
 
     out = []
-    for dist in ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "jax", "google-tunix"):
+    for dist in (
+        "torch",
+        "transformers",
+        "trl",
+        "peft",
+        "accelerate",
+        "datasets",
+        "jax",
+        "google-tunix",
+        "vllm",
+        "verl",
+        "ray",
+    ):
         try:
             out.append(f"{dist} {md.version(dist)}")
         except md.PackageNotFoundError:
@@ -1167,8 +1226,14 @@ def main(argv: list[str] | None = None) -> int:
         DEADLINE = time.time() + args.part_timeout
         fn = prep if args.part == "prep" else RUNNERS[args.part]
         result = fn(args.work)
+        if cluster.REHEARSAL and args.part != "prep":  # never to be read as a GPU result
+            result["status"] = f"rehearsal ({result['status']})"
         (args.work / f"{args.part}.result.json").write_text(json.dumps(result))
         return 0
+    if cluster.REHEARSAL:
+        raise SystemExit(
+            "gpu_acceptance: GPU_ACCEPTANCE_REHEARSAL=1 is for one part on a machine without a GPU (--part KEY)"
+        )
 
     parts = selected_parts(args.parts)
     if args.eval_model:
