@@ -26,6 +26,15 @@ OUTS = {"marker": "m.json", "metrics": "x.jsonl"}
 # A full fine-tune of Qwen3-0.6B on one 4-GPU node.
 GPU = {"trl": {"use_cpu": False}, "resources": {"gpus_per_node": 4, "mem_mb": 200000}, "architecture": "qwen3-0.6b"}
 SERVER = {**GPU, "trl": {"use_cpu": False, "vllm": {"mode": "server"}}}
+# One training process and the server on a 2-GPU node, as a config overlay.
+SERVER_OVERLAY = {
+    "defaults": {
+        "trl": {"use_cpu": False, "processes": 1, "vllm": {"mode": "server", "check_weight_sync": True}},
+        "architecture": "qwen3-0.6b",
+        "resources": {"gpus_per_node": 2, "mem_mb": 100000},
+        "grpo": {"prompts_per_step": 4},
+    }
+}
 
 
 def cpu(default_config, **trl):
@@ -214,3 +223,27 @@ def test_the_weight_sync_check_is_accepted_on_one_engine(default_config):
     gpu(default_config, trl={"vllm": {"check_weight_sync": True}})
     gpu(default_config, SERVER, trl={"processes": 2, "vllm": {"check_weight_sync": True}})
     cpu(default_config, vllm={"mode": "colocate", "check_weight_sync": True})
+
+
+def test_the_cluster_profile_runs_server_mode_in_the_cluster_interpreter(tmp_path):
+    """`snakemake -n -p --profile profiles/slurm` with trl.vllm.mode server on a 2-GPU node: the job asks SLURM for
+    both GPUs and runs the environment check, then the server wrapper, then the trainer, in cluster_env's python."""
+    import yaml
+    from grpoflow_testing import REPO, make_workdir, snakemake
+
+    wd = make_workdir(tmp_path)
+    py = "/shared/envs/grpoflow-cluster/bin/python"
+    overlay = tmp_path / "server.yaml"
+    overlay.write_text(yaml.safe_dump({**SERVER_OVERLAY, "cluster_env": {"python": py}}))
+    out = snakemake(
+        [f"results/{EXP}/training_complete.json", "-n", "-p", "--profile", str(REPO / "profiles/slurm")]
+        + ["--configfile", str(REPO / "config/config.yaml"), str(overlay)],
+        wd,
+    ).stdout
+    train = out[out.index("rule train_grpo") :]
+    assert "gpu=2," in train[: train.index("\n\n")]
+    wrapper = (
+        f"{py} -m grpoflow.backends.trl.vllm_server --sft results/{EXP}/sft.json --server-gpus 1 --gpus-per-node 2"
+    )
+    expected = f"{{ {py} -m grpoflow.envcheck train-trl-gpu server && {wrapper} "
+    assert expected in out and f"--dtype bfloat16 --max-model-len 56 -- {py} -m grpoflow.backends.trl.train" in out
