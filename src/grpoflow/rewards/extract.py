@@ -372,6 +372,14 @@ _PHRASE_CHOICE_RE = lre.compile(
 )
 
 
+_SINGLE_LETTER_RE = lre.compile(r"[A-Za-z]")
+_LONE_LETTER_MATH_RE = lre.compile(r"\$[A-Za-z]\$|\\text\s*\{")
+_TWO_LETTERS_RE = lre.compile(r"[A-Za-z]{2}")
+# Up to five words (or single-letter math such as $n$, or \text{…}), then at most a full stop.
+_WORD_OR_NAME = r"(?:[A-Za-z][A-Za-z'’-]*|\$[A-Za-z]\$|\\text\s*\{[A-Za-z ,'’-]*\})"
+_WORDS_RE = lre.compile(rf"[\s*:]*({_WORD_OR_NAME}(?:[ \t]+{_WORD_OR_NAME}){{0,4}})[\s*]*[.!]?[\s*]*")
+
+
 def _from_phrase(response: str) -> Extraction | None:
     found = None
     for found in _PHRASE_RE.finditer(response):
@@ -393,6 +401,18 @@ def _from_phrase(response: str) -> Extraction | None:
         hedge = bool(_CHOICE_HEDGE_RE.match(stmt, letter.end(1)))  # "(B) or (C)"
         return Extraction(letter.group(1), "phrase", hedge=hedge)
     value, hedge = read_statement(stmt, prefer="first")
+    if value is None or _SINGLE_LETTER_RE.fullmatch(value):
+        # "**Answer:** odd $n$", "The answer is odd.": a few words that close the response are the answer (the
+        # letter alone would be the name they describe). Words that do not close it ("The answer is not
+        # obvious. …") or that talk about choice letters ("not A") are no answer.
+        words = _WORDS_RE.fullmatch(stmt)
+        if (
+            words
+            and _TWO_LETTERS_RE.search(_LONE_LETTER_MATH_RE.sub(" ", words.group(1)))
+            and not _LETTER_RE.search(stmt)
+            and not response[found.end() :].strip().removesuffix(stmt.strip()).strip(" \t*:")
+        ):
+            return Extraction(words.group(1).strip(), "phrase")
     if value is None:
         return None
     return Extraction(value, "phrase", hedge=hedge)

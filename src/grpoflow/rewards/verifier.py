@@ -43,13 +43,20 @@ from grpoflow.rewards.shapes import (
     equation,
     for_math_verify,
     gold_shape,
+    is_set,
     labelled,
     latex_key,
+    membership,
     number_format,
+    or_union,
+    or_values,
     plain_number,
     plainly_not_a_number,
     split_list,
+    text_words,
+    tuple_items,
     unicode_math_to_latex,
+    unknown,
 )
 from grpoflow.rewards.tag_format import tag_format_match, tag_format_text
 
@@ -77,7 +84,8 @@ class Verdict:
     extracted: str | None  # the final answer as read (None when not found)
     source: str | None  # the convention rule that produced it: boxed | answer_tag | hashes | phrase | conclusion
     reason: str | None  # why not correct ("wrong answer", "hedge", "code", "timeout: ...", "no answer: ...")
-    method: str | None = None  # how equality was decided: number | list | choice | base | math_verify | shape
+    method: str | None = None  # how equality was decided: number | list | choice | base | labels | equation |
+    # relation | words | string | math_verify | shape
 
     @property
     def error(self) -> bool:
@@ -230,18 +238,19 @@ def answers_equal(answer: str, ground_truth: str) -> tuple[bool, str, str | None
 
 def _answers_equal(answer: str, gold: str) -> tuple[bool, str, str | None]:
     local = _decide_locally(answer, gold)
-    if local is not None:
+    if not isinstance(local, _Forward):
         result, counter = local
         if counter:
             _count(counter)
         return result
+    gold = local.gold
     with _gold_lock:
         bad = _bad_golds.get(gold)
     if bad is not None:
         _count("errors")
         return False, "math_verify", f"error: ground truth cannot be evaluated ({bad})"
     _count("math_verify")
-    outcome = default_pool().compare(gold, for_math_verify(answer))
+    outcome = default_pool().compare(gold, local.answer)
     if outcome.status != "ok":
         problem = _bad_gold_problem(gold, outcome)
         if problem is not None:
@@ -256,26 +265,71 @@ def _answers_equal(answer: str, gold: str) -> tuple[bool, str, str | None]:
 _PLAIN_DECIMAL_RE = lre.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")  # "72", "-1,680.5"
 _UPPER_TEXT_CMD_RE = lre.compile(r"^\\TEXT\s*\{(.*)\}$")  # \text{1011} after .upper()
 
+_Result = tuple[bool, str, "str | None"]
+_Decision = tuple[_Result, "str | None"]  # (equal, method, reason), the counter to bump
 
-def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None], str | None] | None:
-    """Everything decided without sympy — ((equal, method, reason), counter to bump) — or None for math-verify."""
+
+@dataclass(frozen=True)
+class _Forward:
+    """Not decided locally: math-verify compares these texts (as its worker is given them)."""
+
+    gold: str
+    answer: str
+
+
+def _decide_locally(answer: str, gold: str) -> _Decision | _Forward:
+    """Everything decided without sympy — ((equal, method, reason), counter to bump) — or what math-verify is to
+    compare."""
     if not gold:
         return (False, "shape", "error: empty ground truth"), None
     if len(answer) > MAX_ANSWER_CHARS:
         return (False, "shape", f"answer longer than {MAX_ANSWER_CHARS} characters"), "guarded"
     g = gold_shape(gold)
-    # A plain decimal ("72", "1,680.5") is never code, a hedge, a choice letter or a list: skip those checks.
+    gold_unknown = g.unknown
+    if g.membership is not None:  # "x \in [1, 2)": the set is the ground truth, stated for x
+        gold = g.membership[1]
+        g = gold_shape(gold)
+    # A plain decimal ("72", "1,680.5") is never code, a hedge, a choice letter, a label or a list.
     plain = _PLAIN_DECIMAL_RE.fullmatch(answer) is not None
     if not plain:
-        if _extract.looks_like_code(answer):
-            return (False, "shape", "code is not an answer"), None
-        if not g.hedge and HEDGE_WORD_RE.search(answer):
+        read = _read_shape(answer, g, gold_unknown)
+        if not isinstance(read, str):
+            return read
+        answer = read
+    decided = _decide_values(answer, g, plain)
+    return decided if decided is not None else _Forward(for_math_verify(gold), for_math_verify(answer))
+
+
+def _read_shape(answer: str, g: GoldShape, gold_unknown: str | None) -> _Decision | str:
+    """Code, hedges, choice letters and unknowns, settled by their shape; else the answer as compared further (a
+    membership's set, the solutions an "or" lists)."""
+    if _extract.looks_like_code(answer):
+        return (False, "shape", "code is not an answer"), None
+    if not g.hedge and HEDGE_WORD_RE.search(answer) and or_union(answer) is None:
+        # Inequalities joined by "or" are one union; equations joined by "or" list every solution, which only a
+        # list can equal; any other "or" offers alternatives.
+        solutions = or_values(answer) if g.items else None
+        if solutions is None:
             return (False, "shape", "hedge (the answer offers alternatives)"), None
-        # Multiple choice: the letter in any wrapper.
-        if g.choice is not None:
-            letter = choice_letter(answer)
-            if letter is not None:
-                return ((True, "choice", None) if letter == g.choice else (False, "choice", "wrong choice")), None
+        answer = ", ".join(solutions)
+    # Multiple choice: the letter in any wrapper.
+    if g.choice is not None:
+        letter = choice_letter(answer)
+        if letter is not None:
+            return ((True, "choice", None) if letter == g.choice else (False, "choice", "wrong choice")), None
+    if "\\in" in answer or INEQUALITY_RE.search(answer):
+        # A membership or inequality about another unknown than the ground truth's is another answer.
+        answer_unknown = unknown(answer)
+        if answer_unknown and gold_unknown and answer_unknown != gold_unknown:
+            return (False, "relation", "wrong answer (about another unknown)"), None
+        member = membership(answer)
+        if member is not None:
+            answer = member[1]
+    return answer
+
+
+def _decide_values(answer: str, g: GoldShape, plain: bool) -> _Decision | None:
+    """Bases, labels, lists, equations, numbers and words, decided without sympy; None for math-verify."""
     # A number written in a base: the digits as written ("1011" for 1011_2), not its decimal value.
     if g.base is not None:
         digits, base = g.base
@@ -285,13 +339,11 @@ def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None
         return (
             (True, "base", None) if pred.lstrip("0") == digits.lstrip("0") else (False, "base", "wrong answer")
         ), None
-    # Lists ("all solutions") against single values and lists of plain numbers: settled without sympy.
     a_items, g_items = (None if plain else split_list(answer)), g.items
-    # Labelled values ("a_3 = 2, a_{37} = 19") compare label by label when both sides name them.
-    if a_items and g.labels:
-        a_labels = labelled(a_items)
-        if a_labels is not None:
-            return _compare_labelled(a_labels, g.labels), None
+    if g.labels and not plain:
+        labels = _compare_to_labels(answer, a_items, g)
+        if labels is not None:
+            return labels, None
     # A decimal comma ("2,74", "1000,99") against a single number: the comma is no list separator there.
     if a_items and not g_items and g.number is not None and _DECIMAL_COMMA_RE.fullmatch(answer.strip().strip("$")):
         value = parse_number(answer.strip().strip("$").replace(",", "."))
@@ -300,7 +352,7 @@ def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None
             return ((True, "number", None) if same else (False, "number", "wrong answer")), "fast_path"
     # Equations: a relation ("x + y = 5") equals only the same relation (decided by sympy); a value given for a
     # name ("x = 5") equals that value, and another assignment only for the same name.
-    if not plain:
+    if g.equation is not None or not plain:
         verdict = _compare_equations(answer, g)
         if verdict is not None:
             return verdict, None
@@ -317,12 +369,20 @@ def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None
         if all(a_nums) and all(g_nums):  # type: ignore[arg-type]
             same = sorted(n.value for n in a_nums) == sorted(n.value for n in g_nums)  # type: ignore[union-attr]
             return ((True, "list", None) if same else (False, "list", "wrong answer")), "fast_path"
-    # Plain numbers: exact, no sympy.
+    return _decide_scalars(answer, an, g)
+
+
+def _decide_scalars(answer: str, an, g: GoldShape) -> _Decision | None:
+    """Plain numbers (exact, no sympy), answers in words, identical LaTeX; None for math-verify."""
     gn = g.number
     if gn is not None and an is not None:
         return ((True, "number", None) if numbers_equal(an, gn) else (False, "number", "wrong answer")), "fast_path"
     if gn is not None and an is None and plainly_not_a_number(answer):
         return (False, "number", "wrong answer (not a number)"), "fast_path"
+    if g.words is not None:  # "odd" for odd, "\text{odd}", "odd $n$"
+        words = text_words(answer)
+        if words is not None:
+            return ((True, "words", None) if words == g.words else (False, "words", "wrong answer")), "fast_path"
     # The same LaTeX up to spacing and delimiters is the same answer.
     if latex_key(answer) == g.key:
         return (True, "string", None), "fast_path"
@@ -334,7 +394,28 @@ def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None
 _DECIMAL_COMMA_RE = lre.compile(r"[-+]?\d+,(?:\d{1,2}|\d{4,})")
 
 
-def _compare_labelled(answer: tuple[tuple[str, str], ...], gold: tuple[tuple[str, str], ...]):
+def _compare_to_labels(answer: str, a_items: list[str] | None, g: GoldShape) -> _Result | None:
+    """Against values given for distinct names ("a = 3, b = 4"): a labelled answer compares name by name; an
+    unlabelled list or tuple ("3, 4", "(3, 4)") compares value by value in the ground truth's order; a set
+    (``\\{3, 4\\}``) does not say which value is which name. None when the answer is none of these."""
+    assert g.labels is not None and g.items is not None
+    if a_items:
+        a_labels = labelled(a_items)
+        if a_labels is not None:
+            return _compare_labelled(a_labels, g.labels)
+    ordered = a_items or tuple_items(answer)
+    if ordered and len(ordered) == len(g.labels):
+        for value, gold_item in zip(ordered, g.items):
+            equal, _, reason = answers_equal(value, gold_item)
+            if not equal:
+                return False, "labels", reason or "wrong answer"
+        return True, "labels", None
+    if is_set(answer):
+        return False, "labels", "wrong answer (a set does not say which value is which name)"
+    return None
+
+
+def _compare_labelled(answer: tuple[tuple[str, str], ...], gold: tuple[tuple[str, str], ...]) -> _Result:
     if {label for label, _ in answer} != {label for label, _ in gold}:
         return False, "labels", "wrong answer (other names)"
     values = dict(gold)
@@ -345,7 +426,7 @@ def _compare_labelled(answer: tuple[tuple[str, str], ...], gold: tuple[tuple[str
     return True, "labels", None
 
 
-def _compare_equations(answer: str, g: GoldShape) -> tuple[bool, str, str | None] | None:
+def _compare_equations(answer: str, g: GoldShape) -> _Result | None:
     """Equality settled by the shapes of equations, or None (then numbers or math-verify decide)."""
     a_eq = equation(answer) if "=" in answer else None
     g_eq = g.equation
@@ -395,7 +476,7 @@ def verify_many(pairs: Sequence[tuple[str, str]]) -> list[Verdict]:
         key = (ext.answer.strip(), clean_gold(truth))
         with _equal_lock:
             cached = key in _equal_cache
-        if not cached and key[1] and _decide_locally(*key) is None:
+        if not cached and key[1] and isinstance(_decide_locally(*key), _Forward):
             pending.add(key)
     pool = default_pool()
     if len(pending) > 1 and pool.size > 1:
