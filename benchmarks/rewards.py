@@ -279,15 +279,20 @@ def run_math_verify(items: list[Item]) -> tuple[list[bool], list[float]]:
 
 
 def warm_up() -> float:
-    """Start grpoflow's math-verify workers (timed: a one-off cost) and make math-verify's first call."""
+    """Start grpoflow's math-verify workers (timed: a one-off cost), warm grpoflow's in-process matching and make
+    math-verify's first calls: neither scorer's one-off start-up is in the timed comparison."""
     from math_verify import parse, verify
 
+    from grpoflow.rewards import warm_up as warm_up_grpoflow
     from grpoflow.rewards._mv_worker import WARMUP
     from grpoflow.rewards._sandbox import default_pool
 
     # The same generic warm-up grpoflow's workers do at start (latex2sympy's parser caches fill lazily).
     for gold, pred in WARMUP:
         verify(parse(f"${gold}$"), parse(f"${pred}$"))
+    # Generic completions through grpoflow's reading once (RE2 builds parts of its automata on first use); no
+    # verdict of them is kept.
+    warm_up_grpoflow()
     start = time.perf_counter()
     default_pool().start()
     return time.perf_counter() - start

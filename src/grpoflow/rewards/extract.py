@@ -60,10 +60,16 @@ TURN_START = "<|im_start|>"
 def strip_end_tokens(text: str) -> str:
     """Chat-template end tokens removed, and anything from a ``<|im_start|>`` after the response on (the model
     went on to write the next turn, "<|im_start|>user…": not part of its answer)."""
+    first = text.find("<|")  # every token starts so: the text before the first one need not be searched again
+    if first < 0:
+        return text
+    for tok in END_TOKENS:  # the common case: one end token, at the very end
+        if text.endswith(tok) and len(text) - len(tok) == first:
+            return text[:first]
     for tok in END_TOKENS:
-        if tok in text:
+        if text.find(tok, first) >= 0:
             text = text.replace(tok, "")
-    turn = text.find(TURN_START)
+    turn = text.find(TURN_START, first)
     while turn >= 0 and not text[:turn].strip():  # a template that opens the completion with its own turn
         text = text[turn + len(TURN_START) :]
         turn = text.find(TURN_START)
@@ -272,11 +278,11 @@ def _from_conclusion(response: str) -> Extraction:
         return _none("response stops mid-sentence or mid-equation (truncated)")
     text = response
     fence = None
-    for fence in _FENCE_RE.finditer(text):
+    for fence in _FENCE_RE.finditer(text) if "```" in text else ():
         pass
     if fence is not None and not text[fence.end() :].strip():
         return _none("the response ends in a code block (code is not an answer)")
-    sentences = _sentences(_FENCE_RE.sub(" ", text))
+    sentences = _sentences(_FENCE_RE.sub(" ", text) if fence is not None else text)
     while sentences and _CLOSER_RE.match(sentences[-1].strip()) and not _DIGIT_RE.search(sentences[-1]):
         sentences.pop()  # "I hope this helps!" closes, it does not conclude
     if not sentences:
@@ -309,9 +315,9 @@ def _read_tag_content(content: str) -> tuple[str | None, bool]:
     body = content.strip()
     if not body:
         return None, False
-    hashes = [m for m in _HASHES_RE.finditer(body) if _bare_value(m.group(1))]
-    if hashes:
-        return _bare_value(hashes[-1].group(1)), False
+    value = _last_hashes_value(body)
+    if value is not None:
+        return value, False
     bare = _bare_math(body)
     if bare is not None:
         return bare, False
@@ -346,6 +352,17 @@ def _bare_math(body: str) -> str | None:
     ):
         return None
     return text
+
+
+def _last_hashes_value(text: str) -> str | None:
+    """The value of the last ``#### X`` line whose X is a value (rule c), or None."""
+    if "####" not in text:
+        return None
+    for m in reversed(list(_HASHES_RE.finditer(text))):
+        value = _bare_value(m.group(1))
+        if value:
+            return value
+    return None
 
 
 def _bare_value(text: str) -> str | None:
@@ -434,9 +451,9 @@ def extract_answer(completion: str) -> Extraction:
         return _none("the <answer> tag states no value")
     # An unclosed <answer> (generation stopped before </answer>) is not a tag answer; its text is still read.
     response = response.replace("<answer>", " ").replace("</answer>", " ")
-    hashes = [m for m in _HASHES_RE.finditer(response) if _bare_value(m.group(1))]
-    if hashes:
-        return Extraction(_bare_value(hashes[-1].group(1)), "hashes")
+    value = _last_hashes_value(response)
+    if value is not None:
+        return Extraction(value, "hashes")
     phrase = _from_phrase(response)
     if phrase is not None:
         return phrase

@@ -301,8 +301,14 @@ class GoldShape:
     words: tuple[str, ...] | None  # a short answer in words ("odd", "\\text{odd } n") → ("odd",)
 
 
+_PLAIN_GOLD_RE = lre.compile(r"[+-]?\d+(?:\.\d+)?")  # GSM8K's form: nothing about it but its value
+
+
 @functools.lru_cache(maxsize=65536)
 def gold_shape(gold: str) -> GoldShape:
+    if _PLAIN_GOLD_RE.fullmatch(gold):
+        number = parse_number(gold)
+        return GoldShape(False, None, None, None, None, number, gold, False, None, None, None, None, None)
     number = plain_number(gold)
     m = _GOLD_CHOICE_RE.match(gold)
     b = BASE_RE.match(gold)
