@@ -35,7 +35,7 @@ _CONTEXT = Context(prec=_DIGITS, Emax=9999, Emin=-9999)  # every condition traps
 _PI = Decimal("3.141592653589793238462643383279502884197169399375105820974944592307816406286208998628034825342117068")
 with localcontext(Context(prec=_DIGITS + 10)):
     _E = +Decimal(1).exp()
-# One value per unknown per point: irrational-looking, of both signs, different for each letter.
+# The points: irrational-looking decimals of both signs; each unknown takes a multiple of its own of them.
 _POINTS = tuple(
     Decimal(x)
     for x in ("-0.8133412987", "0.5377236514", "1.7319408823", "-1.4402837715", "0.2931167429", "2.3161904781")
@@ -244,7 +244,8 @@ def _degree(node) -> int | None:
 
 
 def _letter_value(name: str, point: Decimal) -> Decimal:
-    return point + _LETTER_STEP * (ord(name.lower()) - ord("a") + (26 if name.isupper() else 0))
+    """Each unknown's value at a point: the point scaled by a factor of its own (the signs of the points kept)."""
+    return point * (1 + _LETTER_STEP * (ord(name.lower()) - ord("a") + (26 if name.isupper() else 0)))
 
 
 def _evaluate(node, point: Decimal | None, scale: list) -> Decimal:
