@@ -118,3 +118,10 @@ def test_numeric_compare_decides_only_what_it_can_prove():
     assert _compare("\\frac{1}{2^{50}}", "\\frac{1}{2^{50}}") is None  # below 1e-12: likewise
     assert _compare("0.5", "\\frac12") is None  # a written decimal is never "the same" numerically
     assert _compare("\\sqrt{2}-\\sqrt{2}", "0") == "same"
+
+
+def test_an_infinite_product_with_a_subscript_is_guarded_not_sent_to_sympy():
+    # The guard's "\prod … \infty" pattern wanted a word boundary after "prod", which "_" is not: the fuzz run's
+    # x = \prod_{n=1}^{\infty} n went to math-verify and ran into its deadline.
+    v = verify(f"{B}{{x = \\prod_{{n=1}}^{{\\infty}} n}}", "72")
+    assert not v.correct and v.method == "shape" and v.reason.startswith("too expensive"), v

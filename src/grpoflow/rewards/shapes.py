@@ -41,7 +41,7 @@ PATHOLOGICAL_RE = lre.compile(
     r"\^\s*\{[^{}]*\^\s*\{[^{}]*\^"  # a^{b^{c^d}}
     r"|\^\s*\{?\s*\d{4,}"  # 2^{12345}
     r"|(?:\d{4,}|[})])\s*!"  # 100000!, (n)!
-    r"|\\(?:prod|sum)\b.{0,40}\\infty"
+    r"|\\(?:prod|sum)(?:[^A-Za-z].{0,40})?\\infty"  # \prod_{n=1}^{\infty}: after "prod" any non-letter
     r"|\d{300,}"
 )
 
