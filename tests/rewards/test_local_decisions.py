@@ -55,6 +55,8 @@ ROWS = [
     ("point: brackets", "(3, -2)", "[3, -2]", False, True),
     ("point: labelled", "(3, -2)", "x = 3, y = -2", True, True),
     ("point: labelled, other values", "(3, -2)", "x = 3, y = 2", False, True),
+    ("point: labelled, y first", "(3, -2)", "y = -2, x = 3", True, True),
+    ("point: labelled, y first, swapped values", "(3, -2)", "y = 3, x = -2", False, True),
     ("set: other order", "\\{1, 2, 3\\}", "\\{3, 2, 1\\}", True, True),
     ("set: one missing", "\\{1, 2, 3\\}", "\\{1, 2\\}", False, True),
     ("set: one extra", "\\{1, 2, 3\\}", "\\{1, 2, 3, 4\\}", False, True),

@@ -223,18 +223,22 @@ def _decide_numerically(answer: str, gold: str, g: GoldShape) -> Decision | None
 
 
 def _labels_as_tuple(answer: str, entries: tuple) -> bool | None:
-    """``x = 3, y = -2`` for the point ``(3, -2)``: the values in the order written equal the entries; other values
-    than the entries are wrong; the same values in another order are left to math-verify (which name is first?)."""
+    """``x = 3, y = -2`` (or ``y = -2, x = 3``) for the point ``(3, -2)``: one-letter names in alphabetical order
+    (x, y, z; a, b) give the coordinates; other names give them in the order written, and the same values in
+    another order are left to math-verify."""
     items = split_list(answer) if "=" in answer else None
     labels = labelled(items) if items and len(items) == len(entries) else None
     if labels is None:
         return None
-    values = tuple(intervals.entry(v) for _, v in labels)
+    letters = all(len(name) == 1 and name.isalpha() for name, _ in labels)
+    values = tuple(intervals.entry(v) for _, v in (sorted(labels) if letters else labels))
     if any(v is None for v in values):
         return None
     if values == entries:
         return True
-    return False if sorted(values) != sorted(entries) else None
+    # (x, y) is the coordinates in alphabetical order: any other assignment is another point. With other names
+    # only other values settle it (math-verify rewarded y = 3, x = -2 for (3, -2)).
+    return False if letters or sorted(values) != sorted(entries) else None
 
 
 _INFINITIES = {"\\infty": 1, "+\\infty": 1, "-\\infty": -1, "\\infin": 1}
