@@ -109,6 +109,9 @@ def test_numeric_values_only_plain_arithmetic():
         assert numeric.value(text) is None, text
     for text in ("2^{10^{10}}", "9^{9^{9^{9}}}", "(10^{400})^{400}", "(" * 200 + "1" + ")" * 200):
         assert numeric.value(text) is None, text  # too large or too deep: no value, at once
+    # Too small is no value either: rounded to 0 it would equal a ground truth 0.
+    assert numeric.value("(10^{-400})^{400}") is None
+    assert not verify(f"{B}{{(10^{{-400}})^{{400}}}}", "0").correct
 
 
 def test_numeric_compare_decides_only_what_it_can_prove():

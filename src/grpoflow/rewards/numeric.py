@@ -5,7 +5,8 @@ math-verify (issue 41: most of MATH-style verification time was wrong answers se
 ``\\sqrt``/``\\sqrt[n]``, ``\\pi``, ``e``, brackets and one-letter unknowns, and computes the value with
 ``decimal`` at 60 digits — at six fixed points when there are unknowns (``x^2 + 2x + 1`` is a function of x).
 ``i`` is the imaginary unit, read only in ``a + b i`` (degree 1 in i, no other unknown). Anything else (a percent
-sign, units, ``\\infty``, functions, subscripts, commas, relations) is no value: None. Nothing from the text is executed; one scan builds a small tree, which is evaluated.
+sign, units, ``\\infty``, functions, subscripts, commas, relations) is no value: None. Nothing from the text is
+executed; one scan builds a small tree, which is evaluated.
 
 ``compare(a, b)`` then says "different", "same" or None (undecided):
 
@@ -26,12 +27,22 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from decimal import Context, Decimal, DecimalException, localcontext
+from decimal import (
+    Context,
+    Decimal,
+    DecimalException,
+    DivisionByZero,
+    InvalidOperation,
+    Overflow,
+    Underflow,
+    localcontext,
+)
 
 __all__ = ["Value", "value", "compare"]
 
 _DIGITS = 60
-_CONTEXT = Context(prec=_DIGITS, Emax=9999, Emin=-9999)  # every condition traps: a failed step is no value
+# A step that divides by zero, overflows, underflows (10^{-160000} is no 0) or is undefined raises: no value.
+_CONTEXT = Context(prec=_DIGITS, Emax=9999, Emin=-9999, traps=[DivisionByZero, Overflow, Underflow, InvalidOperation])
 _PI = Decimal("3.141592653589793238462643383279502884197169399375105820974944592307816406286208998628034825342117068")
 with localcontext(Context(prec=_DIGITS + 10)):
     _E = +Decimal(1).exp()
