@@ -123,6 +123,8 @@ def test_numeric_compare_decides_only_what_it_can_prove():
     assert _compare("\\frac{1}{2^{50}}", "\\frac{1}{2^{50}}") is None  # below 1e-12: likewise
     assert _compare("0.5", "\\frac12") is None  # a written decimal is never "the same" numerically
     assert _compare("\\sqrt{2}-\\sqrt{2}", "0") == "same"
+    assert _compare("1 + 10^{-55}", "1") is None  # a part below 1e-12 could hide the difference
+    assert _compare("x^2 + 10^{-55}", "x^2") is None
 
 
 def test_an_infinite_product_with_a_subscript_is_guarded_not_sent_to_sympy():

@@ -16,10 +16,10 @@ executed; one scan builds a small tree, which is evaluated.
   accepted through this path, and a rounded decimal of an irrational value (``0.866025`` for ``\\frac{\\sqrt3}2``)
   is rejected, as the convention says.
 - same: without a decimal number written in either (a rounded decimal is never the exact value), every magnitude
-  at most 1e12, agreeing to 50 digits — for constants whose values are at least 1e-12 (equal forms of one
-  closed-form constant, ``\\sqrt{8}`` and ``2\\sqrt{2}``, agree to all 60 digits; different ones of that size do not
-  agree to 50), and for polynomials in one unknown of degree at most 5 at all six points (six values fix such a
-  polynomial: ``(x+1)^2`` and ``x^2 + 2x + 1`` are the same).
+  met on the way within 1e-12…1e12 (so no part too small to show: ``1 + 10^{-55}`` is not 1), agreeing to 50
+  digits — for constants (equal forms of one closed-form constant, ``\\sqrt{8}`` and ``2\\sqrt{2}``, agree to all
+  60 digits; different ones of that size do not agree to 50), and for polynomials in one unknown of degree at most
+  5 at all six points (six values fix such a polynomial: ``(x+1)^2`` and ``x^2 + 2x + 1`` are the same).
 - otherwise None: math-verify decides.
 """
 
@@ -62,6 +62,7 @@ class Value:
     names: frozenset  # the unknowns (letters) it depends on
     at: tuple  # its value at each point (one value when there are no unknowns)
     scale: Decimal  # the largest magnitude met while computing it
+    tiny: Decimal  # the smallest non-zero magnitude met (Infinity when none)
     decimal: bool  # a decimal number is written in it
     degree: int | None  # its degree when it is a polynomial in its unknowns, else None
 
@@ -250,7 +251,7 @@ def _degree(node) -> int | None:
         return None  # x^y
     if a == 0:
         return 0
-    exponent = _evaluate(node[2], None, [Decimal(0)])
+    exponent = _evaluate(node[2], None, [Decimal(0), Decimal("Infinity")])
     return a * int(exponent) if exponent == exponent.to_integral_value() and 0 <= exponent <= 64 else None
 
 
@@ -284,6 +285,8 @@ def _evaluate(node, point: Decimal | None, scale: list) -> Decimal:
     magnitude = abs(out)
     if magnitude > scale[0]:
         scale[0] = magnitude
+    if 0 < magnitude < scale[1]:
+        scale[1] = magnitude
     return out
 
 
@@ -318,7 +321,7 @@ def value(latex: str) -> Value | None:
             if reader.peek():
                 return None  # something after the expression: "x = 2", "1, 2", "50\%"
             points = _POINTS if reader.names else (None,)
-            scale = [Decimal(0)]
+            scale = [Decimal(0), Decimal("Infinity")]  # the largest and the smallest non-zero magnitude
             at = tuple(+_evaluate(tree, p, scale) for p in points)
             degree = _degree(tree)
     except (_NoValue, DecimalException, ArithmeticError, ValueError, RecursionError):
@@ -327,7 +330,7 @@ def value(latex: str) -> Value | None:
         # a + b i compares as a polynomial of degree 1 in i (equal exactly when a and b are); (1+i)^2 = 2i and
         # 1/i = -i are not polynomial identities, and i beside other unknowns may be an index: no value.
         return None
-    return Value(frozenset(reader.names), at, scale[0], reader.decimal, degree)
+    return Value(frozenset(reader.names), at, scale[0], scale[1], reader.decimal, degree)
 
 
 _DIFFERENT = Decimal("1e-30")
@@ -344,14 +347,14 @@ def compare(a: Value, b: Value) -> str | None:
         gaps = [abs(x - y) for x, y in zip(a.at, b.at)]
         if any(gap > _DIFFERENT * scale for gap in gaps):
             return "different"
-        if a.decimal or b.decimal or scale > _LARGEST:
-            return None
+        if a.decimal or b.decimal or scale > _LARGEST or min(a.tiny, b.tiny) < _SMALLEST:
+            return None  # a part below 1e-12 (1 + 10^{-55}) could hide a difference below the tolerance
         if a.names:
             # Polynomials in one unknown of degree below the number of points that agree at every point are the
             # same polynomial ((x+1)^2 and x^2 + 2x + 1); anything else with unknowns is math-verify's to decide.
             polynomial = a.degree is not None and b.degree is not None and max(a.degree, b.degree) < len(_POINTS)
             return "same" if len(a.names) == 1 and polynomial and all(gap <= _SAME * scale for gap in gaps) else None
         x, y = a.at[0], b.at[0]
-        if x == y == 0 or (min(abs(x), abs(y)) >= _SMALLEST and gaps[0] <= _SAME * scale):
+        if x == y == 0 or gaps[0] <= _SAME * scale:
             return "same"
     return None
