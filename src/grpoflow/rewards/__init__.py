@@ -28,6 +28,7 @@ from grpoflow.rewards.verifier import (
     stats,
     verify,
     verify_many,
+    warm_up,
     within_tolerance,
 )
 
@@ -46,6 +47,7 @@ __all__ = [
     "bad_ground_truths",
     "reset_stats",
     "reset_caches",
+    "warm_up",
     "REGISTRY",
     "registry",
     "Param",

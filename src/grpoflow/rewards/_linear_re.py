@@ -37,6 +37,9 @@ _CLASSES = {"s": _SPACE, "d": r"\p{Nd}", "w": r"\p{L}\p{N}_"}
 _ANCHORS = _re2.RE2.Anchor
 _UNANCHORED, _START, _BOTH = _ANCHORS.UNANCHORED, _ANCHORS.ANCHOR_START, _ANCHORS.ANCHOR_BOTH
 _NULL = (-1, -1)
+# The last text encoded by any pattern: the verifier applies several patterns to one text in a row (each pattern
+# also keeps its own last text, for match(text, pos) loops that interleave patterns).
+_last_encoded: tuple[str | None, bytes] = (None, b"")
 
 
 def _translate(pattern: str, flags: int) -> str:
@@ -94,7 +97,7 @@ class LinearMatch:
         self.re, self.string, self._spans = regexp, string, spans
 
     def _index(self, group: int | str) -> int:
-        return self.re.groupindex[group] if isinstance(group, str) else group
+        return group if group.__class__ is int else self.re.groupindex[group] if isinstance(group, str) else group
 
     def group(self, *groups: int | str):
         if len(groups) > 1:
@@ -153,18 +156,25 @@ class LinearPattern:
         self._last: tuple[str | None, bytes] = (None, b"")
 
     def _encode(self, text: str) -> bytes:
-        last = self._last  # one tuple read: safe against other threads replacing it
+        global _last_encoded
+        last = _last_encoded  # one tuple read: safe against other threads replacing it
+        if last[0] is text:
+            return last[1]
+        last = self._last
         if last[0] is text:
             return last[1]
         encoded = text.encode("utf-8", "surrogatepass")
-        self._last = (text, encoded)
+        self._last = _last_encoded = (text, encoded)
         return encoded
 
     def _prepare(self, text: str, pos: int, endpos: int | None):
         """(encoded text, ascii?, byte pos, byte endpos), or None for an empty range."""
-        if not isinstance(text, str):
+        if text.__class__ is not str and not isinstance(text, str):
             raise TypeError(f"expected str, got {type(text).__name__}")
         n = len(text)
+        if pos == 0 and endpos is None:  # the common call: the whole text
+            encoded = self._encode(text)
+            return (encoded, True, 0, n) if len(encoded) == n else (encoded, False, 0, len(encoded))
         pos = max(0, min(pos, n))
         endpos = n if endpos is None else max(0, min(endpos, n))
         if pos > endpos:
@@ -176,6 +186,18 @@ class LinearPattern:
         return encoded, False, bpos, bpos + _re2.CharLenToBytes(encoded, bpos, endpos - pos)
 
     def _first(self, anchor, text: str, pos: int, endpos: int | None) -> LinearMatch | None:
+        if pos == 0 and endpos is None and text.__class__ is str:  # the common call, inlined
+            last = _last_encoded
+            encoded = last[1] if last[0] is text else self._encode(text)
+            spans = self._regexp.Match(anchor, encoded, 0, len(encoded))
+            if spans[0] == _NULL:
+                return None
+            if len(encoded) != len(text):
+                spans = [
+                    s if s == _NULL else (_re2.BytesToCharLen(encoded, 0, s[0]), _re2.BytesToCharLen(encoded, 0, s[1]))
+                    for s in spans
+                ]
+            return LinearMatch(self, text, spans)
         prepared = self._prepare(text, pos, endpos)
         if prepared is None:
             return None

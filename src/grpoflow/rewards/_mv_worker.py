@@ -77,10 +77,34 @@ def _braces(latex: str) -> str:
     return _SQRT_SHORT_RE.sub(r"\\sqrt{\1}", latex)
 
 
+# The verifier joins inequalities in one unknown that an answer joins by "or" with \lor (shapes.or_union):
+# math-verify would read "x \le -1 \text{ or } x \ge 1" as the set {x <= -1, x >= 1} of two relations, which no
+# interval union equals. Each part is parsed alone and the union of their solution sets is the value.
+_UNION = "\\lor"
+
+
+def _parse_union(latex: str) -> list:
+    from sympy import Union
+    from sympy.core.relational import Relational
+
+    sets = []
+    for part in latex.split(_UNION):
+        parsed = _parse(part.strip())
+        if not parsed or not isinstance(parsed[0], Relational):
+            return []
+        try:
+            sets.append(parsed[0].as_set())
+        except (NotImplementedError, ValueError, TypeError, AttributeError):  # several unknowns: no set of reals
+            return []
+    return [Union(*sets)]
+
+
 @lru_cache(maxsize=4096)
 def _parse(latex: str):
     from math_verify import LatexExtractionConfig, parse
 
+    if _UNION in latex:
+        return _parse_union(latex)
     cfg = LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=True)
     parsed = parse(
         "\\boxed{" + _braces(latex) + "}", extraction_config=[cfg], parsing_timeout=None, fallback_mode="first_match"
@@ -175,6 +199,7 @@ WARMUP = [
     ("\\sqrt{2}", "\\frac{2}{\\sqrt{2}}"),
     ("2\\pi", "\\frac{4\\pi}{2}"),
     ("(-\\infty, 1]", "x \\le 1"),
+    ("(-\\infty, -1] \\cup [1, \\infty)", "x \\le -1 \\lor x \\ge 1"),
     ("[0, 1) \\cup (2, 3]", "(2, 3] \\cup [0, 1)"),
     ("(1, -2)", "x = 1, y = -2"),
     ("-1, 4", "4, -1"),

@@ -17,11 +17,13 @@ __all__ = ["Box", "match_braces", "find_boxes", "top_level", "unwrap_boxes"]
 _BOX_RE = lre.compile(r"\\(?:boxed|fbox)\s*\{")
 
 
-def match_braces(text: str) -> dict[int, int]:
-    """Index of every ``{`` → index of its matching ``}`` (unclosed ones absent). Escaped ``\\{ \\}`` are text."""
+def match_braces(text: str, start: int = 0) -> dict[int, int]:
+    """Index of every ``{`` from ``start`` on → index of its matching ``}`` (unclosed ones absent). Escaped
+    ``\\{ \\}`` are text. The partner of a brace depends only on the text after it, so starting at a command's
+    backslash (a box's) gives the same pairs there as scanning the whole text."""
     pairs: dict[int, int] = {}
     stack: list[int] = []
-    i, n = 0, len(text)
+    i, n = start, len(text)
     while i < n:
         c = text[i]
         if c == "\\":
@@ -64,9 +66,12 @@ def find_boxes(text: str) -> list[Box]:
     """Every ``\\boxed{...}``/``\\fbox{...}`` in order; unclosed ones have ``end == -1``."""
     if "box" not in text:
         return []
-    pairs = match_braces(text)
+    found = list(_BOX_RE.finditer(text))
+    if not found:
+        return []
+    pairs = match_braces(text, found[0].start())  # the text before the first box holds no box's braces
     boxes = []
-    for m in _BOX_RE.finditer(text):
+    for m in found:
         brace = m.end() - 1
         close = pairs.get(brace)
         if close is None:

@@ -60,10 +60,16 @@ TURN_START = "<|im_start|>"
 def strip_end_tokens(text: str) -> str:
     """Chat-template end tokens removed, and anything from a ``<|im_start|>`` after the response on (the model
     went on to write the next turn, "<|im_start|>user…": not part of its answer)."""
+    first = text.find("<|")  # every token starts so: the text before the first one need not be searched again
+    if first < 0:
+        return text
+    for tok in END_TOKENS:  # the common case: one end token, at the very end
+        if text.endswith(tok) and len(text) - len(tok) == first:
+            return text[:first]
     for tok in END_TOKENS:
-        if tok in text:
+        if text.find(tok, first) >= 0:
             text = text.replace(tok, "")
-    turn = text.find(TURN_START)
+    turn = text.find(TURN_START, first)
     while turn >= 0 and not text[:turn].strip():  # a template that opens the completion with its own turn
         text = text[turn + len(TURN_START) :]
         turn = text.find(TURN_START)
@@ -272,11 +278,11 @@ def _from_conclusion(response: str) -> Extraction:
         return _none("response stops mid-sentence or mid-equation (truncated)")
     text = response
     fence = None
-    for fence in _FENCE_RE.finditer(text):
+    for fence in _FENCE_RE.finditer(text) if "```" in text else ():
         pass
     if fence is not None and not text[fence.end() :].strip():
         return _none("the response ends in a code block (code is not an answer)")
-    sentences = _sentences(_FENCE_RE.sub(" ", text))
+    sentences = _sentences(_FENCE_RE.sub(" ", text) if fence is not None else text)
     while sentences and _CLOSER_RE.match(sentences[-1].strip()) and not _DIGIT_RE.search(sentences[-1]):
         sentences.pop()  # "I hope this helps!" closes, it does not conclude
     if not sentences:
@@ -309,9 +315,9 @@ def _read_tag_content(content: str) -> tuple[str | None, bool]:
     body = content.strip()
     if not body:
         return None, False
-    hashes = [m for m in _HASHES_RE.finditer(body) if _bare_value(m.group(1))]
-    if hashes:
-        return _bare_value(hashes[-1].group(1)), False
+    value = _last_hashes_value(body)
+    if value is not None:
+        return value, False
     bare = _bare_math(body)
     if bare is not None:
         return bare, False
@@ -348,6 +354,17 @@ def _bare_math(body: str) -> str | None:
     return text
 
 
+def _last_hashes_value(text: str) -> str | None:
+    """The value of the last ``#### X`` line whose X is a value (rule c), or None."""
+    if "####" not in text:
+        return None
+    for m in reversed(list(_HASHES_RE.finditer(text))):
+        value = _bare_value(m.group(1))
+        if value:
+            return value
+    return None
+
+
 def _bare_value(text: str) -> str | None:
     """The value of a ``#### X`` line, or None when X is words (a markdown heading such as "#### Step 2")."""
     text = text.strip()
@@ -372,6 +389,14 @@ _PHRASE_CHOICE_RE = lre.compile(
 )
 
 
+_SINGLE_LETTER_RE = lre.compile(r"[A-Za-z]")
+_LONE_LETTER_MATH_RE = lre.compile(r"\$[A-Za-z]\$|\\text\s*\{")
+_TWO_LETTERS_RE = lre.compile(r"[A-Za-z]{2}")
+# Up to five words (or single-letter math such as $n$, or \text{…}), then at most a full stop.
+_WORD_OR_NAME = r"(?:[A-Za-z][A-Za-z'’-]*|\$[A-Za-z]\$|\\text\s*\{[A-Za-z ,'’-]*\})"
+_WORDS_RE = lre.compile(rf"[\s*:]*({_WORD_OR_NAME}(?:[ \t]+{_WORD_OR_NAME}){{0,4}})[\s*]*[.!]?[\s*]*")
+
+
 def _from_phrase(response: str) -> Extraction | None:
     found = None
     for found in _PHRASE_RE.finditer(response):
@@ -393,6 +418,18 @@ def _from_phrase(response: str) -> Extraction | None:
         hedge = bool(_CHOICE_HEDGE_RE.match(stmt, letter.end(1)))  # "(B) or (C)"
         return Extraction(letter.group(1), "phrase", hedge=hedge)
     value, hedge = read_statement(stmt, prefer="first")
+    if value is None or _SINGLE_LETTER_RE.fullmatch(value):
+        # "**Answer:** odd $n$", "The answer is odd.": a few words that close the response are the answer (the
+        # letter alone would be the name they describe). Words that do not close it ("The answer is not
+        # obvious. …") or that talk about choice letters ("not A") are no answer.
+        words = _WORDS_RE.fullmatch(stmt)
+        if (
+            words
+            and _TWO_LETTERS_RE.search(_LONE_LETTER_MATH_RE.sub(" ", words.group(1)))
+            and not _LETTER_RE.search(stmt)
+            and not response[found.end() :].strip().removesuffix(stmt.strip()).strip(" \t*:")
+        ):
+            return Extraction(words.group(1).strip(), "phrase")
     if value is None:
         return None
     return Extraction(value, "phrase", hedge=hedge)
@@ -414,9 +451,9 @@ def extract_answer(completion: str) -> Extraction:
         return _none("the <answer> tag states no value")
     # An unclosed <answer> (generation stopped before </answer>) is not a tag answer; its text is still read.
     response = response.replace("<answer>", " ").replace("</answer>", " ")
-    hashes = [m for m in _HASHES_RE.finditer(response) if _bare_value(m.group(1))]
-    if hashes:
-        return Extraction(_bare_value(hashes[-1].group(1)), "hashes")
+    value = _last_hashes_value(response)
+    if value is not None:
+        return Extraction(value, "hashes")
     phrase = _from_phrase(response)
     if phrase is not None:
         return phrase

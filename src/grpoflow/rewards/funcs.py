@@ -26,7 +26,7 @@ from grpoflow.rewards.numbers import parse_number
 from grpoflow.rewards.registry import BOOLEAN, TAG, Param, cross_check, integer, nullable, number, register
 from grpoflow.rewards.tag_format import tag as _tag
 from grpoflow.rewards.tag_format import tag_format_match, tag_format_text
-from grpoflow.rewards.verifier import Verdict, _count, verify
+from grpoflow.rewards.verifier import Verdict, count, verify
 
 __all__ = ["Sample", "tag_format_match", "tag_format_text", "kimi_length"]
 
@@ -65,7 +65,7 @@ _chars_warned = False
 
 def _warn_chars() -> None:
     global _chars_warned
-    _count("length_in_chars")
+    count("length_in_chars")
     if not _chars_warned:
         _chars_warned = True
         log.warning(

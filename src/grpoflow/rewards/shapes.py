@@ -41,7 +41,7 @@ PATHOLOGICAL_RE = lre.compile(
     r"\^\s*\{[^{}]*\^\s*\{[^{}]*\^"  # a^{b^{c^d}}
     r"|\^\s*\{?\s*\d{4,}"  # 2^{12345}
     r"|(?:\d{4,}|[})])\s*!"  # 100000!, (n)!
-    r"|\\(?:prod|sum)\b.{0,40}\\infty"
+    r"|\\(?:prod|sum)(?:[^A-Za-z].{0,40})?\\infty"  # \prod_{n=1}^{\infty}: after "prod" any non-letter
     r"|\d{300,}"
 )
 
@@ -60,6 +60,7 @@ _UNICODE_LATEX = {
     "±": "\\pm ",
     "∪": "\\cup ",
     "∩": "\\cap ",
+    "∈": "\\in ",
     "²": "^{2}",
     "³": "^{3}",
     **{m: "-" for m in MINUS_SIGNS},
@@ -295,10 +296,19 @@ class GoldShape:
     pathological: bool
     equation: tuple[str, str | None] | None  # equation: (label, value), (relation, None) or None
     labels: tuple[tuple[str, str], ...] | None  # the (label, value) of each item of a list of assignments
+    membership: tuple[str, str] | None  # "x \\in [1, 2)" → ("x", "[1, 2)")
+    unknown: str | None  # the one unknown a membership or inequality is about ("x" for "x < 2")
+    words: tuple[str, ...] | None  # a short answer in words ("odd", "\\text{odd } n") → ("odd",)
+
+
+_PLAIN_GOLD_RE = lre.compile(r"[+-]?\d+(?:\.\d+)?")  # GSM8K's form: nothing about it but its value
 
 
 @functools.lru_cache(maxsize=65536)
 def gold_shape(gold: str) -> GoldShape:
+    if _PLAIN_GOLD_RE.fullmatch(gold):
+        number = parse_number(gold)
+        return GoldShape(False, None, None, None, None, number, gold, False, None, None, None, None, None)
     number = plain_number(gold)
     m = _GOLD_CHOICE_RE.match(gold)
     b = BASE_RE.match(gold)
@@ -314,6 +324,9 @@ def gold_shape(gold: str) -> GoldShape:
         pathological=bool(PATHOLOGICAL_RE.search(gold)),
         equation=equation(gold),
         labels=labelled(items),
+        membership=membership(gold),
+        unknown=unknown(gold),
+        words=text_words(gold),
     )
 
 
@@ -351,7 +364,11 @@ def plainly_not_a_number(answer: str) -> bool:
 
 
 def for_math_verify(answer: str) -> str:
-    """List separators math-verify reads as a set ("2 and -3" → "2, -3")."""
+    """An answer or ground truth as math-verify is given it: inequalities joined by "or" as their union
+    (``\\lor``, read by the worker), other list separators as a set ("2 and -3" → "2, -3")."""
+    union = or_union(answer) if HEDGE_WORD_RE.search(answer) else None
+    if union is not None:
+        return union
     return _LIST_SPLIT_RE.sub(", ", answer) if _AND_RE.search(answer) else answer
 
 
@@ -359,3 +376,115 @@ def clear_caches() -> None:
     """Forget the cleaned ground truths and their shapes (``verifier.reset_caches``)."""
     clean_gold.cache_clear()
     gold_shape.cache_clear()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Labels, memberships and relations (docs/answer-convention.md, "Labels and relations"): which unknown an answer
+# is about, and what it states of it.
+
+_MEMBERSHIP_RE = lre.compile(r"\s*([A-Za-z](?:\s*_\s*(?:\{[^{}]*\}|\w))?)\s*\\in\b\s*(\S.*?)\s*", lre.S)
+_UNKNOWN_TOKEN_RE = lre.compile(r"[A-Za-z](?:_(?:\{[^{}]*\}|\w))?")
+# Commands whose braced argument is a name or a set, not an unknown: \text{ or }, \mathbb{R}, \operatorname{Re}.
+_NAMED_ARG_RE = lre.compile(r"\\(?:text|textrm|mathrm|mathbb|mathbf|mathcal|operatorname|textbf|mbox)\s*\{[^{}]*\}")
+_OR_RE = lre.compile(r"\\text\s*\{\s*or\s*\}|\\(?:lor|vee)\b|\bor\b")
+
+
+def _name_key(name: str) -> str:
+    """A name as compared: ``x_{1}``, ``x_1`` and ``x _ 1`` are one name."""
+    return latex_key(name).replace("{", "").replace("}", "")
+
+
+def membership(text: str) -> tuple[str, str] | None:
+    """``x \\in [1, 2)`` → ``("x", "[1, 2)")``: the set is the answer, stated for the unknown ``x``."""
+    if "\\in" not in text:
+        return None
+    m = _MEMBERSHIP_RE.fullmatch(text)
+    return (_name_key(m.group(1)), m.group(2)) if m else None
+
+
+def unknown(text: str) -> str | None:
+    """The one unknown a membership or an inequality is about: ``x`` for ``x \\in [0, 1)``, ``-1 \\le x < 2``
+    or ``2 > x``; None when the text is neither, or names no unknown or several (then names decide nothing)."""
+    m = membership(text)
+    if m is not None:
+        return m[0]
+    if not INEQUALITY_RE.search(text):
+        return None
+    bare = _COMMAND_RE.sub(" ", _NAMED_ARG_RE.sub(" ", text))
+    names = {_name_key(t) for t in _UNKNOWN_TOKEN_RE.findall(bare)}
+    return names.pop() if len(names) == 1 else None
+
+
+def or_parts(text: str) -> list[str] | None:
+    """The parts of ``text`` joined by "or" (``\\text{ or }``, ``\\lor``, ``\\vee``) outside brackets, or None."""
+    parts, depth, start, pos = [], 0, 0, 0
+    for m in _OR_RE.finditer(text):
+        for ch in text[pos : m.start()]:
+            depth += 1 if ch in "([{" else -1 if ch in ")]}" else 0
+        pos = m.end()
+        if depth == 0:
+            parts.append(text[start : m.start()].strip())
+            start = m.end()
+    parts.append(text[start:].strip())
+    return parts if len(parts) > 1 and all(parts) else None
+
+
+def _is_inequality(part: str) -> bool:
+    return bool(INEQUALITY_RE.search(part)) and len(split_equals(part)) == 1
+
+
+def or_union(text: str) -> str | None:
+    """``x \\le -1 \\text{ or } x \\ge 1`` → ``x \\le -1 \\lor x \\ge 1``: inequalities in one unknown joined by
+    "or" state the union of their solution sets, not alternatives (the worker reads ``\\lor`` as that union)."""
+    parts = or_parts(text)
+    if parts is None or not all(_is_inequality(p) for p in parts) or unknown(text) is None:
+        return None
+    return " \\lor ".join(parts)
+
+
+def or_values(text: str) -> list[str] | None:
+    """``x = 2 \\text{ or } x = 3`` → ``["x = 2", "x = 3"]``: the parts of an "or" that states every solution
+    (read so only against a ground truth that is a list), or None when a part is an inequality."""
+    parts = or_parts(text)
+    return None if parts is None or any(INEQUALITY_RE.search(p) for p in parts) else parts
+
+
+def tuple_items(text: str) -> list[str] | None:
+    """The items of one bracketed tuple: ``(3, -2)``, ``\\left(3, -2\\right)``, ``[3, 4]``; else None."""
+    t = text.strip().strip("$").strip().replace("\\left", "").replace("\\right", "")
+    if len(t) < 2 or t[0] not in "([" or t[-1] not in ")]":
+        return None
+    depth = 0
+    for i, ch in enumerate(t):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0 and i < len(t) - 1:
+                return None  # "(1, 2) \cup (3, 4)": brackets close before the end
+    return split_list(t[1:-1])
+
+
+def is_set(text: str) -> bool:
+    """A set written with braces, ``\\{3, -2\\}``: its order says nothing."""
+    return text.strip().strip("$").strip().startswith(("\\{", "\\left\\{"))
+
+
+_NOT_WORDS_RE = lre.compile(r"[\d\\^_{}()\[\]=<>+*/|&:;]")
+_WORD_TOKEN_RE = lre.compile(r"[A-Za-z][A-Za-z'’-]*")
+_STOP_WORDS = frozenset({"a", "an", "the", "is", "are", "be", "must"})
+
+
+def text_words(text: str) -> tuple[str, ...] | None:
+    """A short answer in words, as the words that carry it: ``\\text{odd}``, ``odd $n$``, ``**Odd**.`` →
+    ``("odd",)``. Letters standing alone (``$n$``, the unknown the words describe) and articles are left out.
+    None when the text holds a digit or math, or no word is left."""
+    t = _TEXT_CONTENT_RE.sub(lambda m: " " + m.group(1) + " ", text) if "\\" in text else text
+    t = t.replace("$", " ").replace("*", " ").strip().rstrip(".!").replace(",", " ")
+    if not t or len(t) > 80 or _NOT_WORDS_RE.search(t):
+        return None
+    tokens = t.lower().split()
+    if not all(_WORD_TOKEN_RE.fullmatch(w) for w in tokens):
+        return None
+    words = tuple(w for w in tokens if len(w) > 1 and w not in _STOP_WORDS)
+    return words or None

@@ -120,6 +120,8 @@ def _math_spans(text: str):
 
 def _mask(text: str, spans: list[tuple[int, int]]) -> str:
     """Blank out already-claimed spans so later patterns do not read inside them (keeps indices)."""
+    if not spans:
+        return text
     chars = list(text)
     for a, b in spans:
         for i in range(a, b):
@@ -171,13 +173,15 @@ _ASCII_LETTER_RE = lre.compile(r"[A-Za-z]")
 def _candidates(stmt: str) -> list[_Cand]:
     cands: list[_Cand] = []
     claimed: list[tuple[int, int]] = []
-    for m in _BOLD_RE.finditer(stmt):
+    # Each pattern runs only when the characters it needs are there (a plain sentence has no "**", "$" or "\").
+    for m in _BOLD_RE.finditer(stmt) if "**" in stmt or "__" in stmt else ():
         inner = m.group("b") or m.group("u") or ""
         if _DIGIT_RE.search(inner) or _WORDNUM_RE.search(inner):
             cands.append(_Cand(m.start(), m.end(), inner, "bold"))
             claimed.append((m.start(), m.end()))
+    latex = "\\" in stmt
     masked = _mask(stmt, claimed)
-    for m in _math_spans(masked):
+    for m in _math_spans(masked) if latex or "$" in stmt else ():
         inner = next(
             g for g in (m.group("dd"), m.group("br"), m.group("pa"), m.group("dl"), m.group("dx")) if g is not None
         )
@@ -186,12 +190,13 @@ def _candidates(stmt: str) -> list[_Cand]:
             cands.append(_Cand(m.start(), m.end(), inner, "math", display=display))
             claimed.append((m.start(), m.end()))
     masked = _mask(stmt, claimed)
-    for m in _BARE_LATEX_RE.finditer(masked):  # "(\frac{2}{5}) 吨", a bare "\frac{10}{9}": LaTeX outside $…$
-        # read like a number (not like $…$ math, which outranks numbers): position decides among numbers
+    for m in _BARE_LATEX_RE.finditer(masked) if latex else ():
+        # "(\frac{2}{5}) 吨", a bare "\frac{10}{9}": LaTeX outside $…$, read like a number (not like $…$ math, which
+        # outranks numbers): position decides among numbers
         cands.append(_Cand(m.start(), m.end(), m.group(0), "number"))
         claimed.append((m.start(), m.end()))
     masked = _mask(stmt, claimed)
-    for m in _CHAIN_RE.finditer(masked):
+    for m in _CHAIN_RE.finditer(masked) if "=" in stmt else ():
         cands.append(_Cand(m.start(), m.end(), m.group("res"), "chain"))
         claimed.append((m.start(), m.end()))
     masked = _mask(stmt, claimed)

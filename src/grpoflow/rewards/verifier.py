@@ -3,11 +3,12 @@
 ``verify(completion, ground_truth) -> Verdict`` reads the final answer (``extract.extract_answer``) and decides
 whether it equals the ground truth (convention §3):
 
-1. code, hedges and lists-against-a-single-value are settled by their shape (read in ``shapes``);
-2. multiple-choice letters and numbers written in a base (``1011_2``) are compared as strings;
-3. plain numbers — GSM8K answers and most MATH/AIME ones — are compared exactly as rationals (``numbers``), no
-   sympy: the fast path;
-4. everything else goes to math-verify in a worker process with a deadline (``_sandbox``), with decimals made
+1. without sympy (``compare``): code, hedges, labels, memberships and lists-against-a-single-value by their shape
+   (read in ``shapes``); multiple-choice letters and numbers written in a base as strings; plain numbers — GSM8K
+   answers and most MATH/AIME ones — exactly as rationals (``numbers``); answers in words word by word; intervals,
+   tuples, sets and matrices of numbers exactly (``intervals``); arithmetic by its value to 60 digits
+   (``numeric``: a different value is a wrong answer, an equal constant or polynomial a right one);
+2. everything else goes to math-verify in a worker process with a deadline (``_sandbox``), with decimals made
    exact so that a rounded decimal never equals an irrational value.
 
 It never raises for a completion or ground truth (any text), never executes model text, and works in any
@@ -27,28 +28,15 @@ from typing import Sequence
 
 from cachetools import LRUCache
 
-from grpoflow.rewards import _linear_re as lre
 from grpoflow.rewards import extract as _extract
 from grpoflow.rewards._sandbox import default_pool
-from grpoflow.rewards.numbers import numbers_equal, parse_number
+from grpoflow.rewards.compare import MAX_ANSWER_CHARS, Decision, Forward, Result, decide_locally
 from grpoflow.rewards.shapes import (
-    BASE_RE,
     HEDGE_WORD_RE,
-    INEQUALITY_RE,
-    PATHOLOGICAL_RE,
-    GoldShape,
-    choice_letter,
     clean_gold,
     clear_caches,
-    equation,
-    for_math_verify,
-    gold_shape,
-    labelled,
-    latex_key,
     number_format,
     plain_number,
-    plainly_not_a_number,
-    split_list,
     unicode_math_to_latex,
 )
 from grpoflow.rewards.tag_format import tag_format_match, tag_format_text
@@ -62,9 +50,11 @@ __all__ = [
     "within_tolerance",
     "format_ok",
     "stats",
+    "count",
     "bad_ground_truths",
     "reset_stats",
     "reset_caches",
+    "warm_up",
 ]
 
 log = logging.getLogger("grpoflow.rewards")
@@ -77,7 +67,8 @@ class Verdict:
     extracted: str | None  # the final answer as read (None when not found)
     source: str | None  # the convention rule that produced it: boxed | answer_tag | hashes | phrase | conclusion
     reason: str | None  # why not correct ("wrong answer", "hedge", "code", "timeout: ...", "no answer: ...")
-    method: str | None = None  # how equality was decided: number | list | choice | base | math_verify | shape
+    method: str | None = None  # how equality was decided: number | list | choice | base | labels | equation |
+    # relation | words | string | math_verify | shape
 
     @property
     def error(self) -> bool:
@@ -92,7 +83,9 @@ _stats: Counter = Counter()
 _stats_lock = threading.Lock()
 
 
-def _count(key: str, n: int = 1) -> None:
+def count(key: str, n: int = 1) -> None:
+    """Add ``n`` to the counter ``key`` of ``stats()`` (the rewards count what they could not do as asked, e.g.
+    ``length_in_chars``)."""
     with _stats_lock:
         _stats[key] += n
 
@@ -160,7 +153,7 @@ def _mark_bad_gold(gold: str, problem: str) -> None:
         new = gold not in _bad_golds
         _bad_golds[gold] = problem
     if new:
-        _count("bad_ground_truths")
+        count("bad_ground_truths")
         log.warning(
             "grpoflow.rewards: ground truth %r cannot be evaluated (%s): every answer to it is scored "
             "'not correct' with an error, without a comparison [see grpoflow.rewards.bad_ground_truths()]",
@@ -175,7 +168,7 @@ _warned = 0
 def _report(kind: str, detail: str, gold: str, pred: str) -> None:
     """Log a timeout/error (the first 20 in full, then every 100th) and count it."""
     global _warned
-    _count("timeouts" if kind == "timeout" else "errors")
+    count("timeouts" if kind == "timeout" else "errors")
     with _stats_lock:
         _warned += 1
         n = _warned
@@ -194,7 +187,6 @@ def _report(kind: str, detail: str, gold: str, pred: str) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # Bounds on one call's work (the shapes of answers and ground truths are read in ``shapes``)
 
-MAX_ANSWER_CHARS = 1000
 # Reading a completion is linear in its length (RE2 and single scans); this cap turns "linear" into a bound on
 # one call's in-process work. 1,000,000 characters is ~250k tokens, beyond any configured response length.
 MAX_COMPLETION_CHARS = 1_000_000
@@ -203,163 +195,64 @@ MAX_COMPLETION_CHARS = 1_000_000
 # ---------------------------------------------------------------------------------------------------------------
 # Equality of an answer and a ground truth
 
+
 # Decided comparisons only (a timeout or error is tried again), so no decorator cache: cachetools' LRU under a lock.
 _EQUAL_CACHE_SIZE = 65536
 _equal_cache: LRUCache = LRUCache(maxsize=_EQUAL_CACHE_SIZE)  # (answer, truth) -> (equal, method, reason)
 _equal_lock = threading.Lock()
 
 
+def _equal_key(answer: str, ground_truth: str) -> tuple[str, str]:
+    """The cache key of a comparison: the answer as compared (MATH's thousands separators, Unicode math as LaTeX)
+    and the cleaned ground truth."""
+    answer = answer.strip()
+    if len(answer) <= MAX_ANSWER_CHARS:
+        answer = number_format(unicode_math_to_latex(answer))
+    return answer, clean_gold(ground_truth)
+
+
 def answers_equal(answer: str, ground_truth: str) -> tuple[bool, str, str | None]:
     """(equal, method, reason-if-not-equal) for an extracted answer and a ground truth (convention §3)."""
-    answer = answer.strip()
-    key = (
-        number_format(unicode_math_to_latex(answer)) if len(answer) <= MAX_ANSWER_CHARS else answer,
-        clean_gold(ground_truth),
-    )
+    key = _equal_key(answer, ground_truth)
     with _equal_lock:
         hit = _equal_cache.get(key)
     if hit is not None:
-        _count("cache_hits")
+        count("cache_hits")
         return hit
-    result = _answers_equal(*key)
+    return _remember(key, _answers_equal(*key))
+
+
+def _remember(key: tuple[str, str], result: Result) -> Result:
     if not result[2] or not result[2].startswith(("timeout", "error")):  # only definitive results are cached
         with _equal_lock:
             _equal_cache[key] = result
     return result
 
 
-def _answers_equal(answer: str, gold: str) -> tuple[bool, str, str | None]:
-    local = _decide_locally(answer, gold)
-    if local is not None:
+def _answers_equal(answer: str, gold: str, local: Decision | Forward | None = None) -> Result:
+    local = local if local is not None else decide_locally(answer, gold, answers_equal)
+    if not isinstance(local, Forward):
         result, counter = local
         if counter:
-            _count(counter)
+            count(counter)
         return result
+    gold = local.gold
     with _gold_lock:
         bad = _bad_golds.get(gold)
     if bad is not None:
-        _count("errors")
+        count("errors")
         return False, "math_verify", f"error: ground truth cannot be evaluated ({bad})"
-    _count("math_verify")
-    outcome = default_pool().compare(gold, for_math_verify(answer))
+    count("math_verify")
+    outcome = default_pool().compare(gold, local.answer)
     if outcome.status != "ok":
         problem = _bad_gold_problem(gold, outcome)
         if problem is not None:
             _mark_bad_gold(gold, problem)
-            _count("errors")
+            count("errors")
             return False, "math_verify", f"error: ground truth cannot be evaluated ({problem})"
         _report(outcome.status, outcome.detail, gold, answer)
         return False, "math_verify", f"{outcome.status}: {outcome.detail}"
     return (True, "math_verify", None) if outcome.equal else (False, "math_verify", "wrong answer")
-
-
-_PLAIN_DECIMAL_RE = lre.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")  # "72", "-1,680.5"
-_UPPER_TEXT_CMD_RE = lre.compile(r"^\\TEXT\s*\{(.*)\}$")  # \text{1011} after .upper()
-
-
-def _decide_locally(answer: str, gold: str) -> tuple[tuple[bool, str, str | None], str | None] | None:
-    """Everything decided without sympy — ((equal, method, reason), counter to bump) — or None for math-verify."""
-    if not gold:
-        return (False, "shape", "error: empty ground truth"), None
-    if len(answer) > MAX_ANSWER_CHARS:
-        return (False, "shape", f"answer longer than {MAX_ANSWER_CHARS} characters"), "guarded"
-    g = gold_shape(gold)
-    # A plain decimal ("72", "1,680.5") is never code, a hedge, a choice letter or a list: skip those checks.
-    plain = _PLAIN_DECIMAL_RE.fullmatch(answer) is not None
-    if not plain:
-        if _extract.looks_like_code(answer):
-            return (False, "shape", "code is not an answer"), None
-        if not g.hedge and HEDGE_WORD_RE.search(answer):
-            return (False, "shape", "hedge (the answer offers alternatives)"), None
-        # Multiple choice: the letter in any wrapper.
-        if g.choice is not None:
-            letter = choice_letter(answer)
-            if letter is not None:
-                return ((True, "choice", None) if letter == g.choice else (False, "choice", "wrong choice")), None
-    # A number written in a base: the digits as written ("1011" for 1011_2), not its decimal value.
-    if g.base is not None:
-        digits, base = g.base
-        mm = BASE_RE.match(answer)
-        pred = mm.group(1).upper() if mm and mm.group(2) == base else answer.strip().strip("$").upper()
-        pred = _UPPER_TEXT_CMD_RE.sub(r"\1", pred).strip()
-        return (
-            (True, "base", None) if pred.lstrip("0") == digits.lstrip("0") else (False, "base", "wrong answer")
-        ), None
-    # Lists ("all solutions") against single values and lists of plain numbers: settled without sympy.
-    a_items, g_items = (None if plain else split_list(answer)), g.items
-    # Labelled values ("a_3 = 2, a_{37} = 19") compare label by label when both sides name them.
-    if a_items and g.labels:
-        a_labels = labelled(a_items)
-        if a_labels is not None:
-            return _compare_labelled(a_labels, g.labels), None
-    # A decimal comma ("2,74", "1000,99") against a single number: the comma is no list separator there.
-    if a_items and not g_items and g.number is not None and _DECIMAL_COMMA_RE.fullmatch(answer.strip().strip("$")):
-        value = parse_number(answer.strip().strip("$").replace(",", "."))
-        if value is not None:
-            same = numbers_equal(value, g.number)
-            return ((True, "number", None) if same else (False, "number", "wrong answer")), "fast_path"
-    # Equations: a relation ("x + y = 5") equals only the same relation (decided by sympy); a value given for a
-    # name ("x = 5") equals that value, and another assignment only for the same name.
-    if not plain:
-        verdict = _compare_equations(answer, g)
-        if verdict is not None:
-            return verdict, None
-    if a_items and not g_items and g.number is not None:
-        if len(set(a_items)) == 1:
-            a_items = None  # "5 and 5" states one value twice
-        else:
-            return (False, "list", "hedge (several answers for one value)"), None
-    an = plain_number(answer) if not a_items else None
-    if g_items and not a_items and an is not None and all(g.item_numbers):  # type: ignore[arg-type]
-        return (False, "list", "wrong answer (one value for a list)"), "fast_path"
-    if a_items and g_items:
-        a_nums, g_nums = [plain_number(x) for x in a_items], g.item_numbers
-        if all(a_nums) and all(g_nums):  # type: ignore[arg-type]
-            same = sorted(n.value for n in a_nums) == sorted(n.value for n in g_nums)  # type: ignore[union-attr]
-            return ((True, "list", None) if same else (False, "list", "wrong answer")), "fast_path"
-    # Plain numbers: exact, no sympy.
-    gn = g.number
-    if gn is not None and an is not None:
-        return ((True, "number", None) if numbers_equal(an, gn) else (False, "number", "wrong answer")), "fast_path"
-    if gn is not None and an is None and plainly_not_a_number(answer):
-        return (False, "number", "wrong answer (not a number)"), "fast_path"
-    # The same LaTeX up to spacing and delimiters is the same answer.
-    if latex_key(answer) == g.key:
-        return (True, "string", None), "fast_path"
-    if not g.pathological and PATHOLOGICAL_RE.search(answer):
-        return (False, "shape", "too expensive to evaluate (huge power, factorial or number): not correct"), "guarded"
-    return None
-
-
-_DECIMAL_COMMA_RE = lre.compile(r"[-+]?\d+,(?:\d{1,2}|\d{4,})")
-
-
-def _compare_labelled(answer: tuple[tuple[str, str], ...], gold: tuple[tuple[str, str], ...]):
-    if {label for label, _ in answer} != {label for label, _ in gold}:
-        return False, "labels", "wrong answer (other names)"
-    values = dict(gold)
-    for label, value in answer:
-        equal, _, reason = answers_equal(value, values[label])
-        if not equal:
-            return False, "labels", reason or "wrong answer"
-    return True, "labels", None
-
-
-def _compare_equations(answer: str, g: GoldShape) -> tuple[bool, str, str | None] | None:
-    """Equality settled by the shapes of equations, or None (then numbers or math-verify decide)."""
-    a_eq = equation(answer) if "=" in answer else None
-    g_eq = g.equation
-    if g_eq is not None and g_eq[1] is None:  # the ground truth is a relation between unknowns
-        if a_eq is None and not INEQUALITY_RE.search(answer):
-            return False, "equation", "wrong answer (a value for an equation)"
-        return None  # relation against equation: sympy, in the worker
-    if a_eq is not None and g_eq is not None and a_eq[1] is not None and g_eq[1] is not None:
-        if a_eq[0] and g_eq[0] and a_eq[0] != g_eq[0]:
-            return False, "equation", "wrong answer (a value for another name)"
-        a_num, g_num = parse_number(a_eq[1]), parse_number(g_eq[1])
-        if a_num is not None and g_num is not None:
-            return (True, "number", None) if numbers_equal(a_num, g_num) else (False, "number", "wrong answer")
-    return None  # e.g. y = 5 - 2x against y = -2x + 5: the worker compares the relations
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -376,60 +269,110 @@ def verify(completion: str, ground_truth: str) -> Verdict:
 
 def verify_many(pairs: Sequence[tuple[str, str]]) -> list[Verdict]:
     """``verify`` for a batch of (completion, ground truth): the comparisons that need math-verify run
-    concurrently, one per worker process; everything else as ``verify``. Same verdicts, same counters."""
+    concurrently, one per worker process; everything else as ``verify``. Same verdicts and counters (a
+    comparison made before the batch is read counts as a cache hit)."""
     pairs = [(str(c), str(t)) for c, t in pairs]
     exts: list[_extract.Extraction | None] = [None] * len(pairs)
+    decided: list[Result | None] = [None] * len(pairs)  # settled here, locally: not looked up again
+    fresh: set[int] = set()  # first occurrences of pairs not in the verdict cache when the batch was read
     pending: set[tuple[str, str]] = set()
-    for i, (completion, truth) in enumerate(pairs):
+    seen: set[tuple[str, str]] = set()
+    for i, pair in enumerate(pairs):
         with _equal_lock:
-            if (completion, truth) in _verdict_cache:
+            if pair in _verdict_cache or pair in seen:
                 continue
-        if len(completion) > MAX_COMPLETION_CHARS:
+        seen.add(pair)
+        fresh.add(i)
+        key = _read_for_batch(pair[0], pair[1], i, exts)
+        if key is None or key in pending:
             continue
-        try:
-            ext = exts[i] = _extract.extract_answer(completion)
-        except Exception:  # noqa: BLE001 - verify() reports it
-            continue
-        if ext.answer is None or ext.hedge:
-            continue
-        key = (ext.answer.strip(), clean_gold(truth))
-        with _equal_lock:
-            cached = key in _equal_cache
-        if not cached and key[1] and _decide_locally(*key) is None:
+        local = decide_locally(*key, answers_equal)
+        if isinstance(local, Forward):
             pending.add(key)
+        else:
+            decided[i] = _remember(key, _answers_equal(*key, local=local))
     pool = default_pool()
     if len(pending) > 1 and pool.size > 1:
         with ThreadPoolExecutor(max_workers=min(pool.size, len(pending)), thread_name_prefix="grpoflow-verify") as ex:
             list(ex.map(lambda key: answers_equal(*key), sorted(pending)))
-    return [_verify_cached(c, t, e) for (c, t), e in zip(pairs, exts)]
+    out, tally, store = [], Counter(), []
+    for i, (completion, truth) in enumerate(pairs):
+        if i not in fresh:
+            out.append(_verify_cached(completion, truth, exts[i], decided[i]))
+            continue
+        verdict = _verdict(completion, truth, exts[i], decided[i])
+        _tally(verdict, tally)
+        if not verdict.error:
+            store.append(((completion, truth), verdict))
+        out.append(verdict)
+    with _stats_lock:
+        _stats.update(tally)
+    with _equal_lock:
+        for key, verdict in store:
+            _verdict_cache[key] = verdict
+    return out
 
 
-def _verify_cached(completion: str, ground_truth: str, ext: _extract.Extraction | None) -> Verdict:
+def _read_for_batch(
+    completion: str, truth: str, i: int, exts: list[_extract.Extraction | None]
+) -> tuple[str, str] | None:
+    """The comparison key of one completion of a batch (its extraction kept in ``exts``), or None when there is
+    nothing to compare or the comparison is cached already."""
+    if len(completion) > MAX_COMPLETION_CHARS:
+        return None
+    try:
+        ext = exts[i] = _extract.extract_answer(completion)
+    except Exception:  # noqa: BLE001 - verify() reports it
+        return None
+    if ext.answer is None or ext.hedge:
+        return None
+    key = _equal_key(ext.answer, truth)
+    with _equal_lock:
+        cached = key in _equal_cache
+    return None if cached or not key[1] else key
+
+
+def _verify_cached(
+    completion: str, ground_truth: str, ext: _extract.Extraction | None, equal: Result | None = None
+) -> Verdict:
     key = (completion, ground_truth)
     with _equal_lock:
         hit = _verdict_cache.get(key)
     if hit is not None:
         return hit
-    try:
-        verdict = _verify(completion, ground_truth, ext)
-    except Exception as exc:  # noqa: BLE001 - a verifier bug must not kill a training run: count it, log it
-        _report("error", f"{type(exc).__name__}: {exc}", ground_truth, completion[-200:])
-        log.exception("grpoflow.rewards: internal verifier error")
-        verdict = Verdict(False, False, None, None, f"error: {type(exc).__name__}: {exc}")
-    _count("verified")
-    if verdict.correct:
-        _count("correct")
-    if not verdict.found:
-        _count("no_answer")
+    verdict = _verdict(completion, ground_truth, ext, equal)
+    tally: Counter = Counter()
+    _tally(verdict, tally)
+    with _stats_lock:
+        _stats.update(tally)
     if not verdict.error:
         with _equal_lock:
             _verdict_cache[key] = verdict
     return verdict
 
 
-def _verify(completion: str, ground_truth: str, ext: _extract.Extraction | None = None) -> Verdict:
+def _verdict(completion: str, ground_truth: str, ext: _extract.Extraction | None, equal: Result | None) -> Verdict:
+    try:
+        return _verify(completion, ground_truth, ext, equal)
+    except Exception as exc:  # noqa: BLE001 - a verifier bug must not kill a training run: count it, log it
+        _report("error", f"{type(exc).__name__}: {exc}", ground_truth, completion[-200:])
+        log.exception("grpoflow.rewards: internal verifier error")
+        return Verdict(False, False, None, None, f"error: {type(exc).__name__}: {exc}")
+
+
+def _tally(verdict: Verdict, tally: Counter) -> None:
+    tally["verified"] += 1
+    if verdict.correct:
+        tally["correct"] += 1
+    if not verdict.found:
+        tally["no_answer"] += 1
+
+
+def _verify(
+    completion: str, ground_truth: str, ext: _extract.Extraction | None = None, equal: Result | None = None
+) -> Verdict:
     if len(completion) > MAX_COMPLETION_CHARS:
-        _count("guarded")
+        count("guarded")
         return Verdict(
             False, False, None, None, f"no answer: completion longer than {MAX_COMPLETION_CHARS:,} characters"
         )
@@ -438,12 +381,44 @@ def _verify(completion: str, ground_truth: str, ext: _extract.Extraction | None 
         return Verdict(False, False, None, None, f"no answer: {ext.reason}")
     if ext.hedge and not HEDGE_WORD_RE.search(ground_truth):
         return Verdict(False, True, ext.answer, ext.source, "hedge (the answer offers alternatives)", "shape")
-    equal, method, reason = answers_equal(ext.answer, ground_truth)
-    return Verdict(equal, True, ext.answer, ext.source, reason, method)
+    same, method, reason = equal if equal is not None else answers_equal(ext.answer, ground_truth)
+    return Verdict(same, True, ext.answer, ext.source, reason, method)
 
 
 def is_correct(completion: str, ground_truth: str) -> bool:
     return verify(completion, ground_truth).correct
+
+
+# Generic completions in the forms the convention reads (no answer keys), each decided without math-verify.
+_WARMUP = [
+    ("<think>\n2 + 2 = 4\n</think>\n\nSo the answer is $\\boxed{4}$.<|im_end|>", "4"),
+    ("<think>\n</think>\n\n**Final Answer**\n\\[\n\\boxed{\\frac{3}{4}}\n\\]<|im_end|>", "0.75"),
+    ("Adding: 3 + 4 = 7 apples.\n#### 7", "7"),
+    ("Tom earns $1,680 in 4 weeks, so the answer is 1,680.", "1680"),
+    ("So the total is **72** muffins, which is 6 dozen.", "72"),
+    ("<answer>\n12 x 35 x 4 = 1680\n</answer>", "1680"),
+    ("Therefore $x = 5$.", "x = 5"),
+    ("The answer is $\\boxed{(-\\infty, 2)}$.", "x < 2"),
+    ("The answer is $\\boxed{2\\sqrt{2}}$.", "\\sqrt{8}"),
+    ("The answer is (B).", "B"),
+]
+
+
+def warm_up() -> None:
+    """Read and compare a few generic completions once, so that the regular-expression engine's lazily built parts
+    (RE2 builds a pattern's reverse program and its automaton's states on first use) exist before the first real
+    batch; nothing of them is kept (caches and counters as before)."""
+    with _stats_lock:
+        counters = Counter(_stats)
+    verdicts = verify_many(_WARMUP)
+    with _equal_lock:
+        for (completion, truth), verdict in zip(_WARMUP, verdicts):
+            _verdict_cache.pop((completion, truth), None)
+            if verdict.extracted is not None:
+                _equal_cache.pop(_equal_key(verdict.extracted, truth), None)
+    with _stats_lock:
+        _stats.clear()
+        _stats.update(counters)
 
 
 # ---------------------------------------------------------------------------------------------------------------

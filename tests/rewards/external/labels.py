@@ -37,6 +37,16 @@ OVERRIDES: dict[str, tuple[bool, str]] = {
         "its end-token format",
     ),
     "SkyRL:skyrl-gym/tests/test_aime.py:19": (True, "as above: a complete box, stray text after it"),
+    "rllm:tests/rewards/test_math_reward.py:45": (
+        True,
+        "without think tags the whole completion is the response and 'The answer is 4' gives 4 (convention §1.3, "
+        "§2d); upstream's reward requires a reasoning delimiter (a format rule, not grading)",
+    ),
+    "rllm:tests/rewards/test_math_reward.py:56": (
+        True,
+        "'The answer is 4' after the reasoning is an answer phrase (convention §2d); upstream's reward requires a "
+        "box (a format rule, not grading)",
+    ),
     "SkyRL:skyrl-gym/tests/test_gsm8k.py:12": (
         True,
         "'The answer is 42' is an answer phrase (convention §2d); upstream's GSM8K reward requires '####'",

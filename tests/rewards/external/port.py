@@ -2,7 +2,8 @@
 
     .venv/bin/python tests/rewards/external/port.py --mirror DIR [--check]
 
-``DIR`` holds a git clone of each source repository as ``DIR/<owner>+<name>/repo`` (or ``DIR/<owner>+<name>``).
+``DIR`` holds a git clone of each source repository as ``DIR/<owner>+<name>/repo`` (or ``DIR/<owner>+<name>``);
+``--only OWNER/NAME ...`` derives those sources alone.
 Each upstream assertion becomes one case — the completion (or answer) and ground truth exactly as upstream
 passes them, its file, line and commit, the category (the upstream test's name) and upstream's expected verdict
 — then ``labels.py`` gives the label by grpoflow's answer convention where it differs (with the reason) and marks
@@ -41,7 +42,13 @@ SOURCES = {
     "inclusionAI/AReaL": ["tests/test_math_verify_reward.py"],
     "NovaSky-AI/SkyRL": ["skyrl-gym/tests/test_aime.py", "skyrl-gym/tests/test_gsm8k.py"],
     "NVIDIA/NeMo-Skills": ["tests/test_math_equal.py"],
+    # Issue 41 (labels and relations): the equation tests proposed for Qwen2.5-Math's grader (pull request 53, not
+    # merged: its head commit is pinned below) and rllm's math reward tests.
+    "QwenLM/Qwen2.5-Math": ["evaluation/grader.py"],
+    "rllm-org/rllm": ["tests/rewards/test_math_reward.py"],
 }
+# Sources read at a given commit instead of the clone's HEAD.
+PINNED = {"QwenLM/Qwen2.5-Math": "29a82a8802e058c236fe7903ae6d8362df078aa7"}
 OUT = {
     "huggingface/Math-Verify": "math_verify.jsonl",
     "huggingface/lighteval": "lighteval.jsonl",
@@ -50,6 +57,8 @@ OUT = {
     "inclusionAI/AReaL": "areal.jsonl",
     "NovaSky-AI/SkyRL": "skyrl.jsonl",
     "NVIDIA/NeMo-Skills": "nemo_skills.jsonl",
+    "QwenLM/Qwen2.5-Math": "qwen25_math.jsonl",
+    "rllm-org/rllm": "rllm.jsonl",
 }
 
 
@@ -236,12 +245,94 @@ def _cases_areal(repo: str, path: str, text: str):
             )
 
 
-def derive(mirror: Path) -> dict[str, list[dict]]:
+# Qwen2.5-Math's grader (PR 53): unittest assertions on its grading functions, (prediction, reference, ...).
+_QWEN_RE = re.compile(
+    r"self\.assert(True|False)\((math_equal|compare_equations|check_symbolic_equality|check_math_equality)\("
+    r"(\"(?:[^\"\\]|\\.)*\"), (\"(?:[^\"\\]|\\.)*\")"
+)
+
+
+def _cases_qwen(repo: str, path: str, text: str):
+    for m in _QWEN_RE.finditer(text):
+        prediction, reference = ast.literal_eval(m.group(3)), ast.literal_eval(m.group(4))
+        yield dict(
+            category=f"qwen_{m.group(2)}",
+            # The grading function compares two answers: the prediction is given as the completion's box.
+            completion="\\boxed{" + prediction + "}",
+            gold=reference,
+            upstream=m.group(1) == "True",
+            upstream_assertion=f"{m.group(2)}({prediction!r}, {reference!r}, ...) is {m.group(1)}",
+            line=text.count("\n", 0, m.start()) + 1,
+        )
+
+
+def _rllm_param_rows(fn: ast.FunctionDef):
+    """(model_response, ground_truth, expected is_correct, line) of each pytest.param row, when given."""
+    for d in fn.decorator_list:
+        if not (isinstance(d, ast.Call) and getattr(d.func, "attr", "") == "parametrize"):
+            continue
+        names = [n.strip() for n in ast.literal_eval(d.args[0]).split(",")]
+        for row in d.args[1].elts:
+            args = row.args if isinstance(row, ast.Call) else row.elts
+            values = dict(zip(names, args))
+            try:
+                response, gold = ast.literal_eval(values["model_response"]), ast.literal_eval(values["ground_truth"])
+            except (KeyError, ValueError):
+                continue
+            expected = values.get("expected_correct")
+            yield response, gold, (ast.literal_eval(expected) if expected is not None else False), row.lineno
+
+
+def _cases_rllm(repo: str, path: str, text: str):
+    """rllm's math reward tests: ``model_response = "…"``, ``"ground_truth": "…"`` in ``task_info`` and an
+    assertion on ``output.is_correct``; tests with several responses, skipped ones, and a ground truth that is
+    not one non-empty string (a list, None, "" — the reward's input handling, not grading) are left out."""
+    for fn in (n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)):
+        rows = list(_rllm_param_rows(fn))
+        if not rows:
+            responses = [
+                n
+                for n in ast.walk(fn)
+                if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "model_response"
+            ]
+            golds = [
+                v
+                for n in ast.walk(fn)
+                if isinstance(n, ast.Dict)
+                for k, v in zip(n.keys, n.values)
+                if isinstance(k, ast.Constant) and k.value == "ground_truth"
+            ]
+            body = ast.unparse(fn)
+            verdicts = [v for v in ("output.is_correct is True", "not output.is_correct") if f"assert {v}" in body]
+            if len(responses) != 1 or len(golds) != 1 or len(verdicts) != 1 or "skip" in ast.unparse(fn.decorator_list):
+                continue  # several responses, no or mixed verdicts, or a skipped test: no grading case
+            try:
+                response, gold = ast.literal_eval(responses[0].value), ast.literal_eval(golds[0])
+            except ValueError:
+                continue
+            rows = [(response, gold, verdicts[0] == "output.is_correct is True", responses[0].lineno)]
+        for response, gold, expected, line in rows:
+            if not isinstance(gold, str) or not gold.strip() or gold.strip() in ("\\boxed{}", "\\boxed"):
+                continue
+            yield dict(
+                category="rllm_math_reward",
+                completion=response,
+                gold=gold,
+                upstream=bool(expected),
+                upstream_assertion=f"RewardMathFn(...)(task_info, model_response).is_correct is {bool(expected)}"
+                f"  [{fn.name}]",
+                line=line,
+            )
+
+
+def derive(mirror: Path, only: set[str] | None = None) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     seen: dict[tuple[str, str], str] = {}
     for repo, files in SOURCES.items():
+        if only and repo not in only:
+            continue
         repo_dir = _repo_dir(mirror, repo)
-        commit = _git(repo_dir, "rev-parse", "HEAD").strip()
+        commit = PINNED.get(repo) or _git(repo_dir, "rev-parse", "HEAD").strip()
         rows = []
         for path in files:
             text = _git(repo_dir, "show", f"{commit}:{path}")
@@ -251,6 +342,10 @@ def derive(mirror: Path) -> dict[str, list[dict]]:
                 found = _cases_open_r1(repo, path, text)
             elif repo == "inclusionAI/AReaL":
                 found = _cases_areal(repo, path, text)
+            elif repo == "QwenLM/Qwen2.5-Math":
+                found = _cases_qwen(repo, path, text)
+            elif repo == "rllm-org/rllm":
+                found = _cases_rllm(repo, path, text)
             else:
                 found = _cases_parametrized(repo, path, text)
             for c in found:
@@ -284,6 +379,8 @@ def derive(mirror: Path) -> dict[str, list[dict]]:
                 rows.append(row)
         out[OUT[repo]] = rows
     unknown = (set(OVERRIDES) | set(AMBIGUOUS) | set(LABELS)) - {r["id"] for rows in out.values() for r in rows}
+    if only:  # a partial run checks only the ids of the sources it read
+        unknown = {u for u in unknown if any(u.startswith(repo.split("/")[1] + ":") for repo in only)}
     if unknown:
         raise SystemExit(f"labels.py names cases that no longer exist upstream: {sorted(unknown)}")
     return out
@@ -293,9 +390,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mirror", type=Path, required=True, help="directory of <owner>+<name>[/repo] git clones")
     ap.add_argument("--check", action="store_true", help="compare with the committed files, write nothing")
+    ap.add_argument("--only", nargs="*", metavar="OWNER/NAME", help="derive these sources only")
     args = ap.parse_args(argv)
     status = 0
-    for name, rows in derive(args.mirror).items():
+    for name, rows in derive(args.mirror, set(args.only) if args.only else None).items():
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
         path = HERE / name
         if args.check:

@@ -22,6 +22,8 @@ FILES = (
     "areal.jsonl",
     "skyrl.jsonl",
     "nemo_skills.jsonl",
+    "qwen25_math.jsonl",
+    "rllm.jsonl",
     "grpoflow_issue18.jsonl",
 )
 
