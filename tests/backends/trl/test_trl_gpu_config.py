@@ -55,7 +55,6 @@ def test_gpu_defaults_colocate_vllm_on_one_process_per_gpu(default_config):
         ),
         ({"resources": {"nodes": 2}}, "resources.nodes = 2: the TRL backend trains on one node"),
         ({"resources": {"gpus_per_node": 0}}, "resources.gpus_per_node = 0 with trl.use_cpu false"),
-        ({"trl": {"vllm": {"mode": "server"}}}, "trl.vllm.mode = server is not supported yet"),
         (
             {"grpo": {"lora": {"rank": 0}}, "trl": {"param_dtype": "bfloat16"}},
             "trl.param_dtype = bfloat16 for a full fine-tune",
@@ -71,9 +70,9 @@ def test_a_bad_trl_gpu_setting_is_refused_in_one_line_naming_the_key(default_con
     assert "\n" not in text and text.startswith("config error: ") and message in text, text
 
 
-def test_cpu_runs_keep_vllm_off_and_may_use_several_gloo_processes(default_config):
-    with pytest.raises(ConfigError, match=r"trl.vllm.mode = colocate with trl.use_cpu true"):
-        resolved(default_config, {"defaults": {"trl": {"vllm": {"mode": "colocate"}}}})
+def test_cpu_runs_keep_vllm_off_unless_asked_and_may_use_several_gloo_processes(default_config):
+    with pytest.raises(ConfigError, match=r"trl.vllm.mode = server with trl.use_cpu true"):
+        resolved(default_config, {"defaults": {"trl": {"vllm": {"mode": "server"}}}})
     exp = resolved(default_config, {"defaults": {"trl": {"processes": 2}}}).experiment(EXP)
     assert (processes(exp), micro_batch(exp)) == (2, 64)
 

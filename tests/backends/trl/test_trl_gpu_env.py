@@ -97,7 +97,7 @@ def test_dry_run_of_the_recipe_configs_shows_torchrun_vllm_and_the_cluster_inter
     assert spec["trl"]["vllm"]["mode"] == "colocate" and spec["trl"]["processes"] == n
     assert spec["trl"]["vllm"]["gpu_memory_utilization"] == 0.3 and spec["trl"]["vllm"]["tensor_parallel_size"] == 1
     assert f"{py} -m grpoflow.workflow merge_checkpoint" in text, "the merge runs in the same environment"
-    assert f"with TRL on {n} GPU process(es), vLLM colocate. GPU memory per GPU" in text
+    assert f"with TRL on {n} GPU process(es), vLLM colocate in bfloat16. GPU memory per GPU" in text
     train = text[text.index("rule train_grpo") :]
     assert f"gpu={n}," in train[: train.index("\n\n")], "SLURM is asked for the GPUs the processes use (--gpus)"
 

@@ -12,11 +12,11 @@ Files:
 from __future__ import annotations
 
 from grpoflow import envcheck
-from grpoflow.backends import CLUSTER, GPU, HUB_WEIGHT_BYTES, LOCAL, NO_ACCELERATOR
+from grpoflow.backends import CLUSTER, GPU, HUB_WEIGHT_BYTES, LOCAL, NO_ACCELERATOR, VLLM_CPU
 from grpoflow.backends.memory import DTYPE_BYTES
 from grpoflow.backends.trl.ckpt import checkpoints
 from grpoflow.backends.trl.commandline import check_trl_experiment as check
-from grpoflow.backends.trl.commandline import command
+from grpoflow.backends.trl.commandline import command, vllm_mode
 from grpoflow.backends.trl.commandline import summary as _gpu_summary
 
 __all__ = [
@@ -39,9 +39,17 @@ MERGE_CHECK = None  # the merge job checks nothing first; its modules are found 
 ADAPTER_BYTES = 4
 
 
+def vllm_on_cpu(exp: dict) -> bool:
+    """TRL on the CPU with vLLM rollouts (trl.vllm.mode colocate): the vLLM CPU build's environment."""
+    return exp["trl"]["use_cpu"] and vllm_mode(exp) != "none"
+
+
 def plane(exp: dict) -> str:
-    # TRL on GPUs needs CUDA torch and vLLM: the cluster environment (requirements/cluster.lock).
-    return LOCAL if exp["trl"]["use_cpu"] else CLUSTER
+    # TRL on GPUs needs CUDA torch and vLLM: the cluster environment (requirements/cluster.lock). On the CPU with
+    # vLLM: vLLM's CPU build (requirements/vllm-cpu.lock, which holds TRL too); Snakemake's own (local.lock) has none.
+    if not exp["trl"]["use_cpu"]:
+        return CLUSTER
+    return VLLM_CPU if vllm_on_cpu(exp) else LOCAL
 
 
 def accelerator(exp: dict) -> str:
@@ -49,14 +57,20 @@ def accelerator(exp: dict) -> str:
 
 
 def environment(exp: dict, rule: str) -> list[tuple[str, str, str]] | None:
-    """Nothing on the CPU (the local plane); on GPUs torch (whose CUDA build the job reads at its start:
-    envcheck.require_trl_gpu), TRL, vLLM unless ``trl.vllm.mode: none``, PEFT with LoRA; the merge torch (+ PEFT)."""
-    if exp["trl"]["use_cpu"]:
+    """Nothing on the CPU without vLLM (the local plane); on GPUs torch (whose CUDA build the job reads at its start:
+    envcheck.require_trl_gpu), TRL, vLLM unless ``trl.vllm.mode: none``, PEFT with LoRA; on the CPU with vLLM torch,
+    TRL and vLLM (+ PEFT); the merge torch (+ PEFT)."""
+    if plane(exp) == LOCAL:
         return None
     lora = bool((exp["grpo"].get("lora") or {}).get("rank"))
     if rule == "merge_checkpoint":
         return [(*envcheck.TORCH, "the merge")] + ([(*envcheck.PEFT, "grpo.lora")] if lora else [])
-    return [(*envcheck.TORCH, "trl.use_cpu false")] + envcheck.trl_gpu_needs(exp["trl"]["vllm"]["mode"], lora)
+    if exp["trl"]["use_cpu"]:
+        why = f"trl.vllm.mode {vllm_mode(exp)} on the CPU"
+        return [(*envcheck.TORCH, why), (*envcheck.TRL, why), (*envcheck.VLLM_CPU_BUILD, why)] + (
+            [(*envcheck.PEFT, "grpo.lora")] if lora else []
+        )
+    return [(*envcheck.TORCH, "trl.use_cpu false")] + envcheck.trl_gpu_needs(vllm_mode(exp), lora)
 
 
 def summary(name: str, exp: dict) -> str | None:

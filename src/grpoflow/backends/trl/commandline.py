@@ -12,21 +12,33 @@ because the Snakefile imports it on every dry-run.
 
 from __future__ import annotations
 
+import shlex
+
 from grpoflow.backends import common
 from grpoflow.backends.trl import sampling
 from grpoflow.config import WorkflowConfig, register_backend_check
 from grpoflow.errors import ConfigError
 
+# trl.vllm keys that came after runs were trained, at the value that trains as before: left out of the spec at that
+# value, so a finished run's command is unchanged (Snakemake's params trigger would rerun it, its merge and evaluation,
+# for nothing: grpoflow.backends.common.training_spec does the same for ``health``). server_gpus is the server
+# wrapper's (the command's), and changes only how many processes share a step, never the weights.
+VLLM_KEYS_AT_DEFAULT = {"dtype": "auto", "check_weight_sync": False}
+VLLM_KEYS_NOT_IN_SPEC = ("server_gpus",)
+
 
 def training_spec(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> dict:
     exp = cfg.experiment(experiment)
     spec = common.training_spec(cfg, experiment, inputs, outputs, trust_remote_code=exp["sft"]["trust_remote_code"])
-    # The runner trains with what the config resolves to (processes, vLLM mode), not the nulls that stand for them.
-    spec["trl"] = {
-        **exp["trl"],
-        "processes": processes(exp),
-        "vllm": {**exp["trl"]["vllm"], "mode": vllm_mode(exp)},
-    }
+    # The runner trains with what the config resolves to (processes, vLLM mode), not the nulls that stand for them;
+    # trl.vllm.dtype's auto is resolved by the runner (vllm_dtype), from the spec's use_cpu.
+    vllm = {**exp["trl"]["vllm"], "mode": vllm_mode(exp)}
+    for key, default in VLLM_KEYS_AT_DEFAULT.items():
+        if vllm[key] == default:
+            del vllm[key]
+    for key in VLLM_KEYS_NOT_IN_SPEC:
+        del vllm[key]
+    spec["trl"] = {**exp["trl"], "processes": processes(exp), "vllm": vllm}
     return spec
 
 
@@ -43,19 +55,38 @@ def launcher(spec: dict) -> str:
     )
 
 
+def server_wrapper(exp: dict, inputs: dict) -> str:
+    """``python -m grpoflow.backends.trl.vllm_server ... -- `` for trl.vllm.mode server (it starts the server on
+    trl.vllm.server_gpus GPUs, then the training command on the rest); nothing in the other modes."""
+    if vllm_mode(exp) != "server":
+        return ""
+    vllm, grpo = exp["trl"]["vllm"], exp["grpo"]
+    trust = " --trust-remote-code" if exp["sft"]["trust_remote_code"] else ""
+    return (
+        f"python -m grpoflow.backends.trl.vllm_server --sft {shlex.quote(inputs['sft'])} "
+        f"--server-gpus {vllm['server_gpus']} --gpus-per-node {exp['resources']['gpus_per_node']} "
+        f"--tensor-parallel-size {vllm['tensor_parallel_size']} --gpu-memory-utilization {vllm['gpu_memory_utilization']} "
+        f"--dtype {vllm_dtype(exp)} --max-model-len {grpo['max_prompt_length'] + grpo['max_response_length']}{trust} -- "
+    )
+
+
 def command(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> str:
-    """``python -m grpoflow.backends.trl.train --spec JSON``, under torchrun for several processes. On GPUs with
-    several processes the environment check runs once before torchrun (each rank checks again, in milliseconds):
-    in a wrong environment the job log ends with the check's one line instead of torchrun's failure report. The
-    group's braces keep the rule's redirection on both commands."""
+    """``python -m grpoflow.backends.trl.train --spec JSON``, under torchrun for several processes, and under the
+    vLLM server's wrapper in server mode. On GPUs with several processes or a server the environment check runs
+    once first (each rank checks again, in milliseconds): in a wrong environment the job log ends with the check's
+    one line instead of torchrun's or the server's failure report. The group's braces keep the rule's redirection
+    on both commands."""
     from grpoflow.envcheck import trl_gpu_args
 
     spec = training_spec(cfg, experiment, inputs, outputs)
     cmd = common.spec_command("trl", spec)
     prefix = launcher(spec)
-    if not prefix:
+    if prefix:
+        cmd = prefix + cmd.removeprefix("python ")
+    server = server_wrapper(cfg.experiment(experiment), inputs)
+    if not prefix and not server:
         return cmd
-    cmd = prefix + cmd.removeprefix("python ")
+    cmd = server + cmd
     if spec["trl"]["use_cpu"]:
         return cmd
     return f"{{ python -m grpoflow.envcheck {trl_gpu_args(spec)} && {cmd}; }}"
@@ -67,13 +98,29 @@ def vllm_mode(exp: dict) -> str:
     return mode if mode is not None else ("none" if exp["trl"]["use_cpu"] else "colocate")
 
 
+def vllm_dtype(exp: dict) -> str:
+    """trl.vllm.dtype resolved (``exp``: an experiment, or a spec: both have ``trl``): float32 on the CPU, bfloat16
+    on GPUs, unless set. On the CPU the trainer runs
+    float32 and the CPU build's bfloat16 is not token-exact against it (8 of 8 greedy sequences equal in float32, 4 of
+    8 in bfloat16: issue 39); on GPUs the trainer computes in bf16 autocast over fp32 masters, and vLLM's own
+    ``auto`` would downcast a float32 checkpoint to bfloat16 anyway (or float16 on a GPU without bf16)."""
+    dtype = exp["trl"]["vllm"].get("dtype", "auto")
+    if dtype != "auto":
+        return dtype
+    return "float32" if exp["trl"]["use_cpu"] else "bfloat16"
+
+
+def server_gpus(exp: dict) -> int:
+    """GPUs the vLLM server takes: trl.vllm.server_gpus in server mode, none otherwise."""
+    return exp["trl"]["vllm"]["server_gpus"] if vllm_mode(exp) == "server" else 0
+
+
 def processes(exp: dict) -> int:
-    """trl.processes resolved: 1 on the CPU; on GPUs the node's GPUs (vLLM server mode is refused, so none are
-    set aside for a server)."""
+    """trl.processes resolved: 1 on the CPU; on GPUs the node's GPUs less those of the vLLM server."""
     n = exp["trl"]["processes"]
     if n is not None:
         return n
-    return 1 if exp["trl"]["use_cpu"] else max(exp["resources"]["gpus_per_node"], 1)
+    return 1 if exp["trl"]["use_cpu"] else max(exp["resources"]["gpus_per_node"] - server_gpus(exp), 1)
 
 
 def micro_batch(exp: dict) -> int:
@@ -110,19 +157,7 @@ def check_trl_experiment(name: str, exp: dict, cfg=None) -> None:
         fail(
             f"trl.processes = {n} exceeds resources.gpus_per_node = {res['gpus_per_node']}: one training process per GPU; lower trl.processes or raise gpus_per_node"
         )
-    if mode == "server":
-        fail(
-            "trl.vllm.mode = server is not supported yet (grpoflow starts no `trl vllm-serve`): use colocate (vLLM inside each training process) or none"
-        )
-    if mode != "none" and not gpu:
-        fail(
-            f"trl.vllm.mode = {mode} with trl.use_cpu true: vLLM generates on GPUs only; use trl.vllm.mode: none on the CPU"
-        )
-    tp = trl["vllm"]["tensor_parallel_size"]
-    if mode == "colocate" and n % tp:
-        fail(
-            f"trl.vllm.tensor_parallel_size = {tp} does not divide trl.processes = {n}: TRL groups the processes into vLLM engines of tensor_parallel_size GPUs each; use a divisor of {n}"
-        )
+    _check_vllm_layout(exp, mode, n, fail)
     if completions % n:
         fail(
             f"trl.processes = {n} does not divide the {completions} completions of a step (grpo.prompts_per_step × num_generations = {grpo['prompts_per_step']} × {G}): each process takes an equal share; use a divisor of {completions} or change the batch"
@@ -145,6 +180,33 @@ def check_trl_experiment(name: str, exp: dict, cfg=None) -> None:
     if gpu:
         _check_numerics(exp, fail)
         _check_gpu_memory(name, exp, fail)
+
+
+def _check_vllm_layout(exp: dict, mode: str, n: int, fail) -> None:
+    """Where vLLM runs: colocate on GPUs or the CPU, server on GPUs of its own beside the training processes."""
+    vllm, res = exp["trl"]["vllm"], exp["resources"]
+    tp, gpu = vllm["tensor_parallel_size"], not exp["trl"]["use_cpu"]
+    if mode == "server" and not gpu:
+        fail(
+            "trl.vllm.mode = server with trl.use_cpu true: TRL syncs the trained weights into the server over NCCL, which needs GPUs; use trl.vllm.mode: colocate (or none) on the CPU"
+        )
+    if mode == "server" and n + vllm["server_gpus"] > res["gpus_per_node"]:
+        fail(
+            f"trl.processes = {n} and trl.vllm.server_gpus = {vllm['server_gpus']} need {n + vllm['server_gpus']} GPUs but resources.gpus_per_node = {res['gpus_per_node']}: the server and the training processes each take their own GPUs; lower one, or raise gpus_per_node"
+        )
+    if mode == "server" and vllm["server_gpus"] % tp:
+        fail(
+            f"trl.vllm.tensor_parallel_size = {tp} does not divide trl.vllm.server_gpus = {vllm['server_gpus']}: the server runs engines of tensor_parallel_size GPUs each; use a divisor of {vllm['server_gpus']}"
+        )
+    if mode == "colocate" and n % tp:
+        fail(
+            f"trl.vllm.tensor_parallel_size = {tp} does not divide trl.processes = {n}: TRL groups the processes into vLLM engines of tensor_parallel_size GPUs each; use a divisor of {n}"
+        )
+    engines = vllm["server_gpus"] // tp if mode == "server" else 1
+    if vllm["check_weight_sync"] and (mode == "none" or tp != 1 or engines != 1):
+        fail(
+            f"trl.vllm.check_weight_sync = true with trl.vllm.mode = {mode}, tensor_parallel_size = {tp}: the check compares whole weights of one engine (a colocated one, or a server of one GPU), so it needs mode colocate or server, tensor_parallel_size 1 and server_gpus 1; set it false"
+        )
 
 
 def _check_numerics(exp: dict, fail) -> None:
@@ -181,4 +243,5 @@ def summary(name: str, exp: dict) -> str:
     from grpoflow.backends.memory import fit_text
 
     fit = fit_text(memory_estimate(name, exp))
-    return f"train {name} with TRL on {processes(exp)} GPU process(es), vLLM {vllm_mode(exp)}. {fit}"
+    server = f" on {server_gpus(exp)} GPU(s) of its own" if server_gpus(exp) else ""
+    return f"train {name} with TRL on {processes(exp)} GPU process(es), vLLM {vllm_mode(exp)}{server} in {vllm_dtype(exp)}. {fit}"

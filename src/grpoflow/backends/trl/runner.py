@@ -125,10 +125,12 @@ def _callbacks(live_metrics: Path, spec: dict):
 
     class MetricsLog(TrainerCallback):
         """One row per logged step, appended and flushed, so a killed run keeps what it measured; and the step's
-        progress line in the job log."""
+        progress line in the job log. ``extra``: what grpoflow measured in the step besides TRL's logs (the
+        weight-sync check's row keys), asked at each row."""
 
         progress: StepProgress | None = None
         health = common.health_monitor(spec)
+        extra: list = []
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.progress = StepProgress(args.max_steps)
@@ -138,6 +140,8 @@ def _callbacks(live_metrics: Path, spec: dict):
             if not state.is_world_process_zero or not logs or "train_runtime" in logs or state.global_step == 0:
                 return
             row = metrics_row(state.global_step, logs)
+            for source in self.extra:
+                row.update(source())
             common.append_live_metrics(live_metrics, row)
             if self.progress is not None:
                 log.info("%s", self.progress.line(state.global_step, row))
@@ -237,14 +241,28 @@ def grpo_config_kwargs(spec: dict) -> dict:
     if vllm["mode"] != "none":
         kwargs.update(
             vllm_mode=vllm["mode"],
-            vllm_gpu_memory_utilization=vllm["gpu_memory_utilization"],
-            vllm_tensor_parallel_size=vllm["tensor_parallel_size"],
-            # Room for the longest prompt kept (grpo.max_prompt_length) and a full completion, nothing more.
-            vllm_max_model_length=grpo["max_prompt_length"] + grpo["max_response_length"],
             vllm_importance_sampling_correction=vllm["importance_sampling_correction"],
+            **(vllm_server_kwargs() if vllm["mode"] == "server" else vllm_colocate_kwargs(grpo, vllm)),
         )
     kwargs.update(trl["extra_args"])
     return kwargs
+
+
+def vllm_colocate_kwargs(grpo: dict, vllm: dict) -> dict:
+    return dict(
+        vllm_gpu_memory_utilization=vllm["gpu_memory_utilization"],
+        vllm_tensor_parallel_size=vllm["tensor_parallel_size"],
+        # Room for the longest prompt kept (grpo.max_prompt_length) and a full completion, nothing more.
+        vllm_max_model_length=grpo["max_prompt_length"] + grpo["max_response_length"],
+    )
+
+
+def vllm_server_kwargs() -> dict:
+    """Where the job's vLLM server listens: grpoflow.backends.trl.vllm_server started it and exported its address
+    and the port of the weight-sync group (both free ports, so two jobs on one node do not meet)."""
+    from grpoflow.backends.trl.vllm_server import client_settings
+
+    return client_settings()
 
 
 def grpo_config(spec: dict, reward_kwargs: dict):
@@ -373,6 +391,10 @@ def train(spec: dict, model_path: str, resume: Path | None) -> int:
     trainer = build_trainer(spec, model_path)
     started = time.time()
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    if spec["trl"]["vllm"]["mode"] == "colocate":
+        from grpoflow.backends.trl.vllm_engine import shut_down
+
+        shut_down(trainer)
     log.info(
         "training stopped at step %d of %d after %.0f s",
         trainer.state.global_step,
@@ -402,7 +424,13 @@ def build_trainer(spec: dict, model_path: str):
     stops = stop_kwargs(spec, tokenizer, model_path)
     generation = {**stops, **spec["trl"]["extra_args"].get("generation_kwargs", {})}
     args = grpo_config(spec, {**rewards.config_kwargs, "generation_kwargs": generation})
+    vllm = spec["trl"]["vllm"]
+    if vllm["mode"] == "colocate":
+        from grpoflow.backends.trl.vllm_engine import configure_colocate
+
+        configure_colocate(spec["trl"])
     torch.manual_seed(grpo["seed"])
+    callbacks = _callbacks(Path(spec["checkpoint_dir"]) / LIVE_METRICS, spec)
     trainer = GRPOTrainer(
         model=model_path,
         reward_funcs=rewards.reward_funcs,
@@ -410,8 +438,16 @@ def build_trainer(spec: dict, model_path: str):
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=peft_config(grpo.get("lora")),
-        callbacks=_callbacks(Path(spec["checkpoint_dir"]) / LIVE_METRICS, spec),
+        callbacks=callbacks,
     )
+    if vllm["mode"] == "colocate":
+        from grpoflow.backends.trl.vllm_engine import log_engine
+
+        log_engine(trainer)
+    if vllm.get("check_weight_sync"):
+        from grpoflow.backends.trl.weight_sync import check_for
+
+        callbacks[0].extra = [check_for(trainer, vllm["mode"]).take]
     # TRL ends a completion (HF generate's mask) and tells it from a truncated one (completions/clipped_ratio, and
     # mask_truncated_completions) by trainer.eos_token_ids, which it takes from the tokenizer's and the model
     # generation_config's EOS only. Qwen2.5-Math's list only <|endoftext|>: every rollout that ended at the chat

@@ -14,7 +14,8 @@ def env_check(spec: dict) -> None:
     as verl's wrapper and vLLM evaluation run it, its failure recorded next to the completion marker so that the
     profile's retries ask for no GPU; then the cluster environment (CUDA torch, TRL, vLLM), before anything loads.
     Under torchrun rank 0 alone runs the node check (one record writer; torchrun stops the others when it fails).
-    On the CPU the job runs in Snakemake's own environment, which the workflow itself needs, so nothing to check."""
+    On the CPU without vLLM the job runs in Snakemake's own environment, which the workflow itself needs, so nothing
+    to check; with vLLM (trl.vllm.mode colocate) it runs in vLLM's CPU build, whose TRL and vLLM are checked."""
     if not spec["trl"]["use_cpu"]:
         from grpoflow import gpucheck
         from grpoflow.envcheck import check_trl_gpu
@@ -22,6 +23,12 @@ def env_check(spec: dict) -> None:
         if os.environ.get("RANK", "0") == "0":
             gpucheck.checked("train_grpo (backend trl)", spec["marker"])
         check_trl_gpu(spec)
+    elif spec["trl"]["vllm"]["mode"] != "none":
+        from grpoflow import envcheck
+
+        why = f"trl.vllm.mode {spec['trl']['vllm']['mode']} on the CPU"
+        needs = [(*envcheck.TRL, why), (*envcheck.VLLM_CPU_BUILD, why)]
+        envcheck.require("train_grpo (backend trl, vLLM on the CPU)", needs, envcheck.HOW_TO_PICK_VLLM_CPU)
 
 
 def main(argv: list[str] | None = None) -> int:
