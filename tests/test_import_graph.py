@@ -1,115 +1,146 @@
-"""The import graph of src/grpoflow, derived from the source (every ``import`` and ``from ... import``, at module
-level or inside a function; ``if TYPE_CHECKING:`` blocks excluded, they never run): no import circle.
+"""The import graph of src/grpoflow, derived from the source (tests/archgraph.py: every ``import`` and ``from ...
+import``, at module level or inside a function; ``importlib`` targets; ``if TYPE_CHECKING:`` imports and the names
+annotations use, for the type level): no import circle.
+
+Kept passing: no circle among the static imports (module level and inside functions). Issue 42's guards, marked
+``xfail(strict=True)`` while today's code fails them (each failure prints the circles, and an edge of each with its
+file and line); the day one passes, strict xfail turns it into a failure: remove its marker then.
+
+- no circle once ``importlib`` targets are edges (the registry's table, f-strings over the backends' names);
+- no package depends on itself through others (packages: ``archgraph.package_of``, each backend its own);
+- no circle at the type level (annotations, ``TYPE_CHECKING`` imports, string annotations).
 """
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
+import archgraph as A
+import pytest
 
-from grpoflow_testing import REPO
-
-SRC = REPO / "src"
+ISSUE_42 = "issue 42 ({}): {}; the failure lists them, with an edge of each (file:line)"
 
 
-def modules() -> dict[str, Path]:
-    out = {}
-    for path in (SRC / "grpoflow").rglob("*.py"):
-        parts = list(path.relative_to(SRC).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = path
-    return out
-
-
-def _runtime_nodes(tree: ast.AST):
-    """Every node, skipping the bodies of ``if TYPE_CHECKING:``."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                stack.extend(child.orelse)
-                continue
-            stack.append(child)
-
-
-def import_graph() -> dict[str, set[str]]:
-    mods = modules()
-
-    def owner(name: str) -> str | None:
-        while name and name not in mods:
-            name = name.rpartition(".")[0]
-        return name or None
-
-    graph: dict[str, set[str]] = {m: set() for m in mods}
-    for mod, path in mods.items():
-        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
-            targets = []
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(anchor + ([base] if base else []))
-                # `from pkg import mod` imports the module pkg.mod; `from mod import name` imports mod.
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
-            for target in targets:
-                if target.startswith("grpoflow"):
-                    found = owner(target)
-                    if found and found != mod:
-                        graph[mod].add(found)
-    return graph
-
-
-def circles(graph: dict[str, set[str]]) -> list[set[str]]:
-    """The strongly connected components of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[set[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(graph[v]):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = set()
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.add(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(component)
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
+def describe(g: dict[str, set[str]], kinds, collapse=None) -> str:
+    """Each circle: its members, one closed path through it, and every arrow inside it with one edge that makes it
+    (file:line); ``^`` marks an arrow against the layers of the static graph (module level and in-function imports)
+    at the same granularity: the arrows to cut first."""
+    static = A.layers(A.graph(A.STATIC, collapse))
+    out = []
+    for component in A.circles(g):
+        out.append(f"circle of {len(component)}: {', '.join(sorted(component))}")
+        out.append(f"  e.g. {' -> '.join(A.a_cycle(g, component))}")
+        for a in sorted(component):
+            for b in sorted(g[a] & component):
+                edge = A.edges_between(a, b, kinds, collapse)[0]
+                mark = "^" if static[b] >= static[a] else " "
+                out.append(f"  {mark} {a} -> {b}: {edge.where()} ({edge.source} -> {edge.target}, {edge.kind})")
+    return "\n".join(out)
 
 
 def test_the_graph_is_read_from_the_source():
-    graph = import_graph()
+    graph = A.graph(A.STATIC)
     assert "grpoflow.errors" in graph["grpoflow.config"]  # module level
     assert "grpoflow.envcheck" in graph["grpoflow.workflow"]  # inside a function
     assert graph["grpoflow.errors"] == set() and graph["grpoflow.hubid"] == set()
 
 
 def test_no_import_circle():
-    assert circles(import_graph()) == []
+    assert A.circles(A.graph(A.STATIC)) == []
 
 
 def test_the_circle_finder_finds_one():
-    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+    assert A.circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+
+
+def test_every_importlib_call_is_an_edge():
+    """Each ``import_module`` / ``__import__`` in src/ is followed: a literal, an f-string over the registries' names,
+    or a registry table named in archgraph.DYNAMIC_ARGUMENTS."""
+    assert A.unresolved_dynamic_imports() == [], (
+        "importlib calls the graph cannot follow: name the registry table each reads in archgraph.DYNAMIC_ARGUMENTS"
+    )
+    dynamic = {(e.source, e.target) for e in A.edges() if e.kind == "dynamic"}
+    assert ("grpoflow.backends", "grpoflow.backends.verl") in dynamic  # BACKENDS's values
+    assert ("grpoflow.evaluation.run", "grpoflow.evaluation.vllm_backend") in dynamic  # EVALUATION_BACKENDS's modules
+    assert ("grpoflow.workflow", "grpoflow.merge") in dynamic  # SHELL_JOBS's modules
+
+
+def test_the_graph_reads_each_kind_of_edge(tmp_path, monkeypatch):
+    """Dynamic imports (literal, f-string over the registry's names, a registry table), TYPE_CHECKING imports and
+    annotations, on a package written here."""
+    pkg = tmp_path / "grpoflow"
+    (pkg / "backends" / "x").mkdir(parents=True)
+    files = {
+        "__init__.py": "",
+        "low.py": "class T: ...\n",
+        "backends/__init__.py": 'BACKENDS = {"x": "grpoflow.backends.x"}\n',
+        "backends/x/__init__.py": "",
+        "backends/x/run.py": "",
+        "table.py": 'TABLE = {"a": ("grpoflow.low", 1)}\n',
+        "user.py": (
+            "import importlib\nfrom typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from grpoflow.low import T\n"
+            "def f(b, module) -> 'T':\n"
+            '    importlib.import_module(f"grpoflow.backends.{b}.run")\n'
+            "    importlib.import_module(module)\n"
+            '    __import__("grpoflow.table")\n'
+        ),
+    }
+    for name, text in files.items():
+        (pkg / name).write_text(text)
+    monkeypatch.setattr(A, "SRC", tmp_path)
+    monkeypatch.setattr(A, "REPO", tmp_path)
+    monkeypatch.setattr(A, "DYNAMIC_ARGUMENTS", {("grpoflow.user", "module"): ("grpoflow.table", "TABLE")})
+    for cached in (A.modules, A.edges, A.tree):
+        cached.cache_clear()
+    try:
+        found = {(e.target, e.kind) for e in A.edges() if e.source == "grpoflow.user"}
+    finally:
+        monkeypatch.undo()
+        for cached in (A.modules, A.edges, A.tree):
+            cached.cache_clear()
+    assert found == {
+        ("grpoflow.backends.x.run", "dynamic"),
+        ("grpoflow.low", "dynamic"),
+        ("grpoflow.table", "dynamic"),
+        ("grpoflow.low", "type"),
+    }
+
+
+def test_layers_and_arrows_against_them():
+    """Layer = 1 + the highest layer below (0: depends on nothing); a circle shares one layer; an arrow against the
+    layer order goes to the node's own layer or above."""
+    g = {"top": {"mid", "low"}, "mid": {"low"}, "low": set(), "c1": {"c2"}, "c2": {"c1", "low"}}
+    assert A.layers(g) == {"top": 2, "mid": 1, "low": 0, "c1": 1, "c2": 1}
+    up = A.Edge("low", "top", "dynamic", "f.py", 1)
+    down = A.Edge("top", "low", "module", "f.py", 2)
+    across = A.Edge("c1", "c2", "module", "f.py", 3)
+    assert A.against_the_layers([up, down, across], A.layers(g)) == [up, across]
+
+
+def test_packages_are_folders_and_each_backend_is_its_own():
+    assert A.package_of("grpoflow.config") == "config"
+    assert A.package_of("grpoflow.evaluation.settings") == "evaluation"
+    assert A.package_of("grpoflow.backends.verl.checks") == "backends.verl"
+    assert A.package_of("grpoflow.backends.common") == "backends"
+    assert A.area_of("grpoflow.backends.verl.checks") == "backends"
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=ISSUE_42.format("hallway", "importlib closes circles"))
+def test_no_import_circle_through_importlib():
+    g = A.graph(A.RUNTIME)
+    assert A.circles(g) == [], "import circles through importlib:\n" + describe(g, A.RUNTIME)
+
+
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason=ISSUE_42.format("still a loop", "packages that depend on themselves")
+)
+def test_no_package_depends_on_itself_through_others():
+    g = A.graph(A.RUNTIME, A.package_of)
+    assert A.circles(g) == [], "packages that depend on themselves through others:\n" + describe(
+        g, A.RUNTIME, A.package_of
+    )
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=ISSUE_42.format("still a loop", "config <-> settings"))
+def test_no_circle_at_the_type_level():
+    g = A.graph(A.TYPE)
+    assert A.circles(g) == [], "circles at the type level:\n" + describe(g, A.TYPE)
