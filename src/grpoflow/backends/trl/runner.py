@@ -128,7 +128,7 @@ def _callbacks(live_metrics: Path, spec: dict):
         progress line in the job log."""
 
         progress: StepProgress | None = None
-        health = common.health_monitor(spec)
+        health = common.health_monitor(spec, live_metrics)  # continues from the rows before a resume
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.progress = StepProgress(args.max_steps)
