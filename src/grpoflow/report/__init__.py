@@ -28,6 +28,7 @@ from grpoflow.report.analysis import (
     benchmark_warnings,
     load_evaluations,
     load_training_metrics,
+    rank_rows,
     samples_path,
     summary_rows,
 )
@@ -73,12 +74,14 @@ def build_report(
     primary = settings.get("primary_benchmark") or benchmarks[0]
     rows = summary_rows(evals, experiments, models, benchmarks, primary)
     cache: dict = {}
+    groups = seed_groups or {}
     analyses = {
-        b: analyse_benchmark(b, rows, evals, cache, rewards or {}, settings.get("second_grader")) for b in benchmarks
+        b: analyse_benchmark(b, rows, evals, cache, rewards or {}, settings.get("second_grader"), groups)
+        for b in benchmarks
     }
     for b, a in analyses.items():
         a.warnings = benchmark_warnings(b, evals, a.notes)
-    groups = seed_groups or {}
+    rank_rows(rows, analyses[primary], primary)
     add_statistics(rows, analyses, groups)
     # A fresh directory replaces the old one whole: a plot of a removed experiment never survives.
     with atomic_dir(plots_dir) as tmp:
