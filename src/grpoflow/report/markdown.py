@@ -99,19 +99,19 @@ def _headline(rows, analyses, primary, evals, health=None) -> list[str]:
         line += " Training health: " + ", ".join(f"`{m}` **{v}**" for m, v in unhealthy) + " (see Training health)."
     out = [line, ""]
     it = "it" if len(members) == 1 else f"its best run `{a.best}`"
-    if len(a.cohort) > 1:
-        refused = a.not_compared
-        if a.indistinguishable:
-            out += [
-                f"Not distinguishable from {it} on `{primary}` (Holm-adjusted paired p ≥ {compare.ALPHA}): "
-                + ", ".join(f"`{m}`" for m in a.indistinguishable)
-                + ".",
-                "",
-            ]
-        elif any(c.relation == "best" and c.result for c in a.comparisons):
-            # "Every other model" only when every other model was compared: a refused one may be level with it.
-            who = "Every other model compared with it" if refused else "Every other model"
-            out += [f"{who} is significantly behind {it} on `{primary}` (Holm-adjusted p < {compare.ALPHA}).", ""]
+    level = [m for m in a.indistinguishable if m not in members]  # a group's own runs are not rivals
+    rivals = [c for c in a.comparisons if c.relation == "best" and c.result and c.model not in members]
+    if level:
+        out += [
+            f"Not distinguishable from {it} on `{primary}` (Holm-adjusted paired p ≥ {compare.ALPHA}): "
+            + ", ".join(f"`{m}`" for m in level)
+            + ".",
+            "",
+        ]
+    elif rivals:
+        # "Every other model" only when every other model was compared: a refused one may be level with it.
+        who = "Every other model compared with it" if a.not_compared else "Every other model"
+        out += [f"{who} is significantly behind {it} on `{primary}` (Holm-adjusted p < {compare.ALPHA}).", ""]
     if a.not_compared:
         out += [_not_compared_line(primary, a.not_compared), ""]
     if a.warnings:
