@@ -40,7 +40,7 @@ def _accuracy_label(a: BenchmarkAnalysis) -> str:
 
 
 def _adjusted_phrase(c: Comparison) -> str:
-    """Δ with the interval of its own test at the level Holm puts that test at (statistics.test_interval): it holds
+    """Δ with the interval of its own test at the level Holm puts that test at (statistics.inverted_interval): it holds
     0 exactly when the Holm-adjusted p is at least 0.05, which it states."""
     p = c.result
     level = compare.holm_level(p.p_value, c.p_holm)
@@ -48,7 +48,7 @@ def _adjusted_phrase(c: Comparison) -> str:
     what = "the runs' per-problem accuracy against it, " if c.relation == "seeds" else ""
     counts = "" if c.relation == "seeds" else f", ↑{p.gained} ↓{p.lost}"
     return (
-        f"{pts_ci(p.delta, compare.test_interval(p, level))} ({what}the {test} test's interval at its Holm level, "
+        f"{pts_ci(p.delta, compare.inverted_interval(p, level))} ({what}the {test} test's interval at its Holm level, "
         f"{100 * level:.1f}%){counts}, {p_is(c.p_holm, 'p (Holm)')}"
     )
 
