@@ -321,3 +321,13 @@ def test_verls_follower_continues_from_the_earlier_attempts(tmp_path, caplog):
     replayed = assess(vm.collect(vm.attempt_files(tmp_path / "ckpt"), 100), 100)
     assert replayed["checks"]["reward_flat"] == 60
     assert [r.getMessage() for r in caplog.records] == replayed["log"]
+
+
+def test_a_stop_on_check_that_fired_before_the_resume_stops_the_rerun_at_once():
+    """The replay of the rows before a resume never stops; a check of health.stop_on that fired in them and still
+    holds stops the resumed run before it trains a step (change health.stop_on to continue)."""
+    flat = rows(40, reward=lambda s: 0.5)  # reward_flat fires at step 25 (W = 5, from step 20 on, twice in a row)
+    with pytest.raises(HealthStop, match="stopped by its health check reward_flat at step 25: reward flat: "):
+        HealthMonitor.resumed(40, flat[:30], stop_on=["reward_flat"], experiment="x")
+    monitor = HealthMonitor.resumed(40, flat[:30], stop_on=["nonfinite"])
+    assert monitor.fired["reward_flat"]["step"] == 25 and monitor.stop_on == ("nonfinite",)
