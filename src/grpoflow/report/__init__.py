@@ -4,10 +4,14 @@ Every number comes from the run's own files: accuracies, per-problem verdicts an
 evaluation's metrics JSON and per-sample file (``results/{model}/eval/{benchmark}.json`` + ``.samples.jsonl``),
 curves from each experiment's ``train_metrics.jsonl``; the config only contributes names, hyperparameters,
 reward settings and which runs differ only by seed. Models are ranked by accuracy on the primary benchmark
-(``report.primary_benchmark``, default the first benchmark), so the winner is the first row.
+(``report.primary_benchmark``, default the first benchmark): only the cohort, the most models evaluated on the
+same problems with the same decoding; the others are listed unranked with the reason, and never "Best". The
+headline counts a seed group as one (its runs' mean accuracy) and states its comparison with the SFT start with
+the Holm-adjusted p and the interval of the same test at that level.
 
 What decides between models is paired (``grpoflow.report.statistics``): per benchmark, every GRPO model against
-its SFT start and every model against the best one, problem by problem: Δ with Newcombe's paired interval, the
+its SFT start, every model against the best one and each seed group's runs together against their SFT start,
+problem by problem: Δ with Newcombe's paired interval, the
 problems gained ↑ and lost ↓, an exact McNemar (greedy) or sign-flip permutation (sampled) p-value, Holm-adjusted
 over the benchmark's distinct pairs (a GRPO model's SFT start against the best mirrors the GRPO model against its
 SFT start when the GRPO model is the best: one test, counted once), the group indistinguishable from the best and
