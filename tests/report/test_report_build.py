@@ -466,7 +466,7 @@ def _headline(md: str) -> str:
 
 
 def test_the_headline_states_the_holm_p_and_an_interval_that_agrees_with_it(tmp_path, config):
-    """Item 1: 5 problems gained, none lost, of 30: Newcombe's interval [+1.6, +31.9] excludes 0 while the exact
+    """Item 1: 5 problems gained, none lost, of 30: Newcombe's interval [+1.8, +30.1] excludes 0 while the exact
     McNemar p is 0.0625, and Holm over the benchmark's three pairs raises it further; the headline printed the raw p
     and Newcombe's interval, and the next line ("not distinguishable") contradicted it. It now gives the Holm p and
     the exact test's interval at the level Holm's adjustment puts that test at: it holds 0 exactly when p (Holm)
