@@ -200,7 +200,8 @@ def test_report_decides_with_paired_statistics_from_the_files(tmp_path, config):
         "**Best on `arith` (primary benchmark): `lr-high`** (GRPO) with 41.0% (95% CI 34.4%–47.9%); vs its SFT start "
         "`base-sft`: +11.0 pts [" in md
     )
-    assert "↑27 ↓5, exact McNemar p < 0.001." in md
+    # The headline's interval inverts the same exact test at the level Holm's x3 puts it at (1 - 0.05 / 3).
+    assert "(the exact McNemar test's interval at its Holm level, 98.3%), ↑27 ↓5, p (Holm) < 0.001." in md
     assert "Not distinguishable from it on `arith` (Holm-adjusted paired p ≥ 0.05): `lr-low`." in md
     assert "| lr-high | GRPO | 41.0% [34.4, 47.9] | SFT `base-sft` | +11.0 pts [" in md
     assert "**Minimum detectable effect on `arith`:** with 200 problems" in md
@@ -451,6 +452,90 @@ def test_training_health_is_reported_and_the_best_run_that_did_not_learn_says_so
     section = summary.split("## Training health", 1)[1].split("\n## ", 1)[0]
     assert "| `flat` | **no evidence of learning** |" in section and "reward_flat (step 15)" in section
     assert (
-        "| `learning` | **learned** | 0.467 → 0.693 (+0.226 [+0.149, +0.304], first vs last 20 steps) "
-        "| 0.406 → 0.693 (+0.287 [+0.012, +0.562], step 1 vs last 20) | none |" in section
+        "| `learning` | **learned** | 0.467 → 0.693 (+0.226 [+0.155, +0.297], first vs last 20 steps) "
+        "| 0.406 → 0.693 (+0.287 [+0.041, +0.517], step 1 vs last 20) | 0.704 → 0.693 (-0.011 [-0.110, +0.088], "
+        "steps 161-180 vs last 20) | none |" in section
+    ), section
+
+
+# ---- issue 40: a headline that holds ---------------------------------------------------------------------------
+
+
+def _headline(md: str) -> str:
+    return next(line for line in md.splitlines() if line.startswith("**Best on") or line.startswith("**Result on"))
+
+
+def test_the_headline_states_the_holm_p_and_an_interval_that_agrees_with_it(tmp_path, config):
+    """Item 1: 5 problems gained, none lost, of 30: Newcombe's interval [+1.8, +30.1] excludes 0 while the exact
+    McNemar p is 0.0625, and Holm over the benchmark's three pairs raises it further; the headline printed the raw p
+    and Newcombe's interval, and the next line ("not distinguishable") contradicted it. It now gives the Holm p and
+    the exact test's interval at the level Holm's adjustment puts that test at: it holds 0 exactly when p (Holm)
+    >= 0.05."""
+    high, base = table(gained=5, lost=0, both=10, neither=15)
+    evals = [
+        write_eval(tmp_path, "base-sft", "arith", base),
+        write_eval(tmp_path, "lr-high", "arith", high),
+        write_eval(tmp_path, "lr-low", "arith", base),
+    ]
+    _, md, table_, _, _ = report(tmp_path, config, evals, benchmarks=["arith"])
+    headline = _headline(md)
+    assert "`lr-high`" in headline and "vs its SFT start `base-sft`: +16.7 pts [" in headline, headline
+    low, high = (float(x) for x in headline.split("+16.7 pts [", 1)[1].split("]", 1)[0].split(", "))
+    p_holm = float(table_["lr-high"]["arith.p_holm_vs_sft"])
+    assert p_holm >= 0.05 and low <= 0 <= high, headline
+    assert f"p (Holm) = {p_holm:.2f}" in headline and "exact McNemar p =" not in headline, headline
+
+
+def test_a_model_compared_with_nobody_is_not_ranked_and_never_best(tmp_path, config):
+    """Item 2: an external model evaluated on other problems (150, not 200) with the highest accuracy was "Best",
+    "not compared" appearing only as a note. Only models compared on the same problems are ranked."""
+    high, low = table(gained=40, lost=2, both=60, neither=98)
+    evals = [
+        write_eval(tmp_path, "lr-high", "arith", high),
+        write_eval(tmp_path, "lr-low", "arith", low),
+        write_eval(tmp_path, "base-sft", "arith", low),
+        write_eval(tmp_path, "ext", "arith", [i % 10 != 0 for i in range(150)]),  # 90 %, on other problems
+    ]
+    rows, md, table_, _, _ = report(tmp_path, config, evals, benchmarks=["arith"])
+    assert _headline(md).startswith("**Best on `arith` (primary benchmark): `lr-high`**"), _headline(md)
+    assert [r["model"] for r in rows] == ["lr-high", "base-sft", "lr-low", "ext"]  # equal accuracy: by name
+    assert rows[-1]["rank"] is None and table_["ext"]["rank"] == ""
+    assert "| – | ext | external | 90.0% |" in md
+    assert "Not ranked on `arith`: `ext` (evaluated on other problems)." in md
+
+
+def test_greedy_and_sampled_evaluations_are_not_paired(tmp_path, config):
+    """Item 3: a sampled evaluation (avg@4) of the same problems was paired with greedy ones under one decoding
+    label. Only like with like is paired; the other is named with its decoding."""
+    sampled = {**GREEDY, "greedy": False, "preset": "standard", "temperature": 0.7, "top_p": 0.95, "top_k": 50}
+    high, base = table(gained=30, lost=2, both=60, neither=108)
+    evals = [
+        write_eval(tmp_path, "base-sft", "arith", base),
+        write_eval(tmp_path, "lr-high", "arith", high),
+        write_eval(tmp_path, "lr-low", "arith", [[h] * 4 for h in high], generation={**sampled, "samples": 4}),
+    ]
+    _, md, table_, comparisons, _ = report(tmp_path, config, evals, benchmarks=["arith"])
+    assert "### `arith`: 200 problems, greedy" in md
+    refused = {(c["model"], c["reference"]): c["refused"] for c in comparisons if c["refused"]}
+    assert refused[("lr-low", "base-sft")] == refused[("lr-low", "lr-high")] == "different decoding"
+    assert table_["lr-low"]["arith.p_vs_sft"] == "" and table_["lr-low"]["rank"] == ""
+    assert (
+        "Not ranked on `arith`: `lr-low` (decoded otherwise: standard sampling (T 0.7, top_p 0.95, top_k 50), avg@4)."
+        in md
     )
+
+
+def test_a_seed_group_leads_the_headline(tmp_path):
+    """Item 1, seed groups: the best of three seeds is the best of three draws. The headline leads with the group:
+    its mean over seeds, and its seeds' per-problem accuracy against the SFT start (a sign-flip test, in the Holm
+    family)."""
+    cfg = resolve_config(raw_config({"lr": {"seeds": [1, 2, 3]}}))
+    n = 100
+    evals = [write_eval(tmp_path, "base-sft", "arith", [i < 50 for i in range(n)])]
+    for model, k in {"lr-seed1": 60, "lr-seed2": 62, "lr-seed3": 67}.items():
+        evals.append(write_eval(tmp_path, model, "arith", [i < k for i in range(n)]))
+    _, md, _, _, _ = report(tmp_path, cfg, evals, benchmarks=["arith"])
+    headline = _headline(md)
+    assert headline.startswith("**Best on `arith` (primary benchmark): `lr`** (GRPO, seeds 1, 2, 3) with "), headline
+    assert "63.0% mean over 3 seeds (60.0%–67.0%)" in headline and "+13.0 pts [" in headline, headline
+    assert "the sign-flip test's interval at its Holm level" in headline and ", p (Holm) < 0.001." in headline, headline

@@ -276,12 +276,18 @@ def read_live_metrics(path: str | os.PathLike) -> list[dict]:
     return rows
 
 
-def health_monitor(spec: dict):
-    """The run's grpoflow.health monitor: its checks log one line each when they fire; ``health.stop_on`` stops."""
+def health_monitor(spec: dict, live: str | os.PathLike | None = None):
+    """The run's grpoflow.health monitor: its checks log one line each when they fire; ``health.stop_on`` stops.
+    ``live``: the run's live metrics, whose rows (those of the steps before a resume) it continues from, so the
+    lines after a resume are those the report's replay of every row gives."""
     from grpoflow.health import STOP_ON_DEFAULT, HealthMonitor
 
     stop_on = spec.get("health", {}).get("stop_on", STOP_ON_DEFAULT)
-    return HealthMonitor(spec["grpo"]["total_steps"], stop_on=stop_on, experiment=spec["experiment"])
+    before = read_live_metrics(live) if live is not None else []
+    if before:
+        log.info("health checks: continuing from the %d steps logged before the resume", len(before))
+    total = spec["grpo"]["total_steps"]
+    return HealthMonitor.resumed(total, before, stop_on=stop_on, experiment=spec["experiment"])
 
 
 def append_live_metrics(path: str | os.PathLike, row: dict) -> None:

@@ -4,10 +4,14 @@ Every number comes from the run's own files: accuracies, per-problem verdicts an
 evaluation's metrics JSON and per-sample file (``results/{model}/eval/{benchmark}.json`` + ``.samples.jsonl``),
 curves from each experiment's ``train_metrics.jsonl``; the config only contributes names, hyperparameters,
 reward settings and which runs differ only by seed. Models are ranked by accuracy on the primary benchmark
-(``report.primary_benchmark``, default the first benchmark), so the winner is the first row.
+(``report.primary_benchmark``, default the first benchmark): only the cohort, the most models evaluated on the
+same problems with the same decoding; the others are listed unranked with the reason, and never "Best". The
+headline counts a seed group as one (its runs' mean accuracy) and states its comparison with the SFT start with
+the Holm-adjusted p and the interval of the same test at that level.
 
 What decides between models is paired (``grpoflow.report.statistics``): per benchmark, every GRPO model against
-its SFT start and every model against the best one, problem by problem: Δ with Newcombe's paired interval, the
+its SFT start, every model against the best one and each seed group's runs together against their SFT start,
+problem by problem: Δ with Newcombe's paired interval, the
 problems gained ↑ and lost ↓, an exact McNemar (greedy) or sign-flip permutation (sampled) p-value, Holm-adjusted
 over the benchmark's distinct pairs (a GRPO model's SFT start against the best mirrors the GRPO model against its
 SFT start when the GRPO model is the best: one test, counted once), the group indistinguishable from the best and
@@ -28,6 +32,7 @@ from grpoflow.report.analysis import (
     benchmark_warnings,
     load_evaluations,
     load_training_metrics,
+    rank_rows,
     samples_path,
     summary_rows,
 )
@@ -73,12 +78,14 @@ def build_report(
     primary = settings.get("primary_benchmark") or benchmarks[0]
     rows = summary_rows(evals, experiments, models, benchmarks, primary)
     cache: dict = {}
+    groups = seed_groups or {}
     analyses = {
-        b: analyse_benchmark(b, rows, evals, cache, rewards or {}, settings.get("second_grader")) for b in benchmarks
+        b: analyse_benchmark(b, rows, evals, cache, rewards or {}, settings.get("second_grader"), groups)
+        for b in benchmarks
     }
     for b, a in analyses.items():
         a.warnings = benchmark_warnings(b, evals, a.notes)
-    groups = seed_groups or {}
+    rank_rows(rows, analyses[primary], primary)
     add_statistics(rows, analyses, groups)
     # A fresh directory replaces the old one whole: a plot of a removed experiment never survives.
     with atomic_dir(plots_dir) as tmp:

@@ -9,11 +9,13 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from grpoflow.errors import DataError
 from grpoflow.evaluation.run import TRUNCATION_WARNING
 from grpoflow.io import read_json
 from grpoflow.report import statistics as compare
-from grpoflow.report.text import pct
+from grpoflow.report.text import decoding_label, pct
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +86,8 @@ def baseline_of(experiment: str, summary: dict) -> str:
 class Comparison:
     model: str
     reference: str
-    relation: str  # "sft": the model's SFT start; "best": the best model on the benchmark
+    relation: str  # "sft": the model's SFT start; "best": the best model on the benchmark; "seeds": a seed group's
+    # runs together (``model`` is the group) against their common SFT start
     result: compare.Paired | None = None
     refused: str | None = None  # why the two could not be paired
     p_holm: float | None = None
@@ -100,7 +103,15 @@ class BenchmarkAnalysis:
     name: str
     n_problems: int | None = None
     samples: int | None = None
-    best: str | None = None
+    decoding: str | None = None  # how the ranked models were decoded
+    # The models evaluated on the same problems with the same decoding (the most of them): only they are paired
+    # with the best and ranked. Every other model, and why: not_ranked.
+    cohort: list[str] = field(default_factory=list)
+    not_ranked: dict[str, str] = field(default_factory=dict)
+    # What the headline ranks: a seed group (its runs' mean accuracy) or a single model, by name.
+    units: dict[str, list[str]] = field(default_factory=dict)
+    best_unit: str | None = None
+    best: str | None = None  # the best unit's best model: what "vs best" compares with
     comparisons: list[Comparison] = field(default_factory=list)
     intervals: dict[str, tuple[float, float, str]] = field(default_factory=dict)
     tokens: dict[str, dict] = field(default_factory=dict)
@@ -139,10 +150,20 @@ def _outcomes(evals: dict, model: str, bench: str, cache: dict, notes: list[str]
     return cache[key]
 
 
+def _decoding(evals: dict, model: str, bench: str) -> str:
+    generation = evals[(model, bench)].get("generation")
+    return decoding_label(generation) if generation else "decoding not recorded"
+
+
 def _pair(model: str, reference: str, relation: str, bench: str, evals: dict, cache: dict, notes) -> Comparison:
     a = _outcomes(evals, model, bench, cache, notes)
     b = _outcomes(evals, reference, bench, cache, notes)
     comp = Comparison(model, reference, relation)
+    ours, theirs = _decoding(evals, model, bench), _decoding(evals, reference, bench)
+    if ours != theirs:  # a sampled average against a greedy verdict compares two decodings, not two models
+        comp.refused = "different decoding"
+        notes.append(f"`{model}` ({ours}) vs `{reference}` ({theirs}) not paired: different decoding")
+        return comp
     if a is None or b is None:
         comp.refused = "no per-sample file"
         return comp
@@ -161,38 +182,14 @@ def analyse_benchmark(
     cache: dict,
     scoring: dict[str, dict],
     second_grader: str | None = None,
+    groups: dict[str, list[str]] | None = None,
 ) -> BenchmarkAnalysis:
     """Every paired comparison of one benchmark, Holm-adjusted together, plus intervals, tokens and rewards."""
     out = BenchmarkAnalysis(bench)
     present = [r for r in rows if (r["model"], bench) in evals]
     if not present:
         return out
-    first = evals[(present[0]["model"], bench)]
-    out.n_problems, out.samples = first["n_problems"], first.get("samples_per_problem", 1)
-    ranked = sorted(present, key=lambda r: (-evals[(r["model"], bench)]["metrics"]["accuracy"], r["model"]))
-    out.best = ranked[0]["model"]
-    for r in present:
-        if r["kind"] == "grpo" and r["baseline"] and (r["baseline"], bench) in evals:
-            out.comparisons.append(_pair(r["model"], r["baseline"], "sft", bench, evals, cache, out.notes))
-    for r in ranked[1:]:
-        out.comparisons.append(_pair(r["model"], out.best, "best", bench, evals, cache, out.notes))
-    tested = [c for c in out.comparisons if c.result is not None]
-    # One test per pair of models: the best's SFT start against the best is its GRPO-vs-SFT test mirrored.
-    family: dict[frozenset, compare.Paired] = {}
-    for c in tested:
-        family.setdefault(c.pair, c.result)
-    adjusted = dict(zip(family, compare.holm([r.p_value for r in family.values()])))
-    for c in tested:
-        c.p_holm = adjusted[c.pair]
-    out.indistinguishable = [
-        c.model for c in out.comparisons if c.relation == "best" and c.p_holm is not None and c.p_holm >= compare.ALPHA
-    ]
-    # How often two models of this benchmark disagree on a problem, typically: the median over its distinct pairs.
-    moments = [r.second_moment for r in family.values()]
-    if moments and out.n_problems:
-        out.mde_second_moment = statistics.median(moments)
-        out.mde = compare.minimum_detectable_effect(out.n_problems, out.mde_second_moment)
-
+    compare_models(out, present, evals, cache, groups or {})
     for r in present:
         o = _outcomes(evals, r["model"], bench, cache, out.notes)
         if o is None:
@@ -210,6 +207,119 @@ def analyse_benchmark(
     if second_grader:
         out.second = _second_grades(present, bench, evals, cache, out.notes)
     return out
+
+
+def compare_models(
+    out: BenchmarkAnalysis, present: list[dict], evals: dict, cache: dict, groups: dict[str, list[str]]
+) -> None:
+    """The benchmark's decisions: the cohort, the best unit, every pairing (each GRPO model with its SFT start,
+    every model with the best, each seed group with its start), Holm over them. ``cache`` may hold the outcomes
+    already (benchmarks/health_simulation.py passes simulated evaluations this way)."""
+    bench = out.name
+    _choose_cohort(out, present, evals, cache)
+    first = evals[((out.cohort or [present[0]["model"]])[0], bench)]
+    out.n_problems, out.samples = first["n_problems"], first.get("samples_per_problem", 1)
+    accuracy = {r["model"]: evals[(r["model"], bench)]["metrics"]["accuracy"] for r in present}
+    _choose_best(out, present, accuracy, groups)
+    for r in present:
+        if r["kind"] == "grpo" and r["baseline"] and (r["baseline"], bench) in evals:
+            out.comparisons.append(_pair(r["model"], r["baseline"], "sft", bench, evals, cache, out.notes))
+    for r in sorted(present, key=lambda r: (-accuracy[r["model"]], r["model"])):
+        if out.best is not None and r["model"] != out.best:
+            out.comparisons.append(_pair(r["model"], out.best, "best", bench, evals, cache, out.notes))
+    out.comparisons += _seed_comparisons(out, present, evals, cache)
+    _adjust(out)
+
+
+def headline_comparison(a: BenchmarkAnalysis) -> Comparison | None:
+    """What the headline says of the best unit against its SFT start: a seed group's runs together, else the
+    model's own comparison."""
+    if a.best_unit is None:
+        return None
+    members = a.units[a.best_unit]
+    return a.vs(a.best_unit, "seeds") if len(members) > 1 else a.vs(members[0], "sft")
+
+
+def _choose_cohort(out: BenchmarkAnalysis, present: list[dict], evals: dict, cache: dict) -> None:
+    """The cohort: the most models evaluated on the same problems (index, id, answer) with the same decoding (ties:
+    the most GRPO models, then the decoding's name); every other model is not ranked, with the reason."""
+    by_key: dict[tuple, list[dict]] = {}
+    for r in present:
+        o = _outcomes(evals, r["model"], out.name, cache, out.notes)
+        if o is None:
+            out.not_ranked[r["model"]] = "no per-sample file"
+            continue
+        by_key.setdefault((o.keys, _decoding(evals, r["model"], out.name)), []).append(r)
+    if not by_key:
+        return
+    chosen = max(by_key, key=lambda k: (len(by_key[k]), sum(r["kind"] == "grpo" for r in by_key[k]), k[1]))
+    out.cohort, out.decoding = [r["model"] for r in by_key[chosen]], chosen[1]
+    for key, members in by_key.items():
+        why = "evaluated on other problems" if key[0] != chosen[0] else f"decoded otherwise: {key[1]}"
+        out.not_ranked.update({r["model"]: why for r in members if key != chosen})
+
+
+def _choose_best(out: BenchmarkAnalysis, present: list[dict], accuracy: dict, groups: dict[str, list[str]]) -> None:
+    """The units the headline ranks (a seed group whose runs are all in the cohort and share an SFT start: its
+    runs' mean accuracy; else each model) and the best of them."""
+    row_of = {r["model"]: r for r in present if r["model"] in out.cohort}
+    model_of = {r["experiment"]: m for m, r in row_of.items() if r["experiment"]}
+    grouped: set[str] = set()
+    for name, experiments in groups.items():
+        models = [model_of.get(e) for e in experiments]
+        if len(models) > 1 and all(models) and len({row_of[m]["baseline"] for m in models}) == 1:
+            out.units[name] = models
+            grouped.update(models)
+    out.units.update({m: [m] for m in out.cohort if m not in grouped})
+    if not out.units:
+        return
+    mean = {u: statistics.fmean(accuracy[m] for m in members) for u, members in out.units.items()}
+    out.best_unit = min(out.units, key=lambda u: (-mean[u], u))
+    out.best = min(out.units[out.best_unit], key=lambda m: (-accuracy[m], m))
+
+
+def _seed_comparisons(out: BenchmarkAnalysis, present: list[dict], evals: dict, cache: dict) -> list[Comparison]:
+    """Each seed group's runs together against their SFT start: per problem, the mean over every run's
+    completions (a sign-flip test over problems: the SFT start's own draws count once, as they are shared)."""
+    baseline = {r["model"]: r["baseline"] for r in present}
+    found = []
+    for unit, members in out.units.items():
+        base = baseline[members[0]]
+        if len(members) < 2 or base not in out.cohort:
+            continue
+        runs = [_outcomes(evals, m, out.name, cache, out.notes) for m in members]
+        together = compare.Outcomes(
+            path=f"{unit} (seeds)",
+            keys=runs[0].keys,
+            correct=np.concatenate([o.correct for o in runs], axis=1),
+            tokens=np.concatenate([o.tokens for o in runs], axis=1),
+            truncated=np.concatenate([o.truncated for o in runs], axis=1),
+        )
+        comp = Comparison(unit, base, "seeds")
+        comp.result = compare.paired(together, _outcomes(evals, base, out.name, cache, out.notes))
+        found.append(comp)
+    return found
+
+
+def _adjust(out: BenchmarkAnalysis) -> None:
+    """Holm over the benchmark's distinct pairs (the best's SFT start against the best is its GRPO-vs-SFT test
+    mirrored: one test), the group indistinguishable from the best, and the MDE."""
+    family: dict[frozenset, Comparison] = {}
+    for c in out.comparisons:
+        if c.result is not None:
+            family.setdefault(c.pair, c)
+    adjusted = dict(zip(family, compare.holm([c.result.p_value for c in family.values()])))
+    for c in out.comparisons:
+        if c.result is not None:
+            c.p_holm = adjusted[c.pair]
+    out.indistinguishable = [
+        c.model for c in out.comparisons if c.relation == "best" and c.p_holm is not None and c.p_holm >= compare.ALPHA
+    ]
+    # How often two models of this benchmark disagree on a problem, typically: the median over its distinct pairs.
+    moments = [c.result.second_moment for c in family.values() if c.relation != "seeds"]
+    if moments and out.n_problems:
+        out.mde_second_moment = statistics.median(moments)
+        out.mde = compare.minimum_detectable_effect(out.n_problems, out.mde_second_moment)
 
 
 def _second_grades(rows, bench, evals, cache, notes) -> dict[str, dict]:
@@ -323,6 +433,15 @@ def summary_rows(
     for i, r in enumerate(rows, 1):
         r["rank"] = i
     return rows
+
+
+def rank_rows(rows: list[dict], analysis: BenchmarkAnalysis, primary: str) -> None:
+    """Rank only the primary benchmark's cohort (models compared on the same problems, decoded alike), by accuracy;
+    the others follow without a rank."""
+    ranked = set(analysis.cohort)
+    rows.sort(key=lambda r: (r["model"] not in ranked, -(r.get(f"{primary}.accuracy") or 0.0), r["model"]))
+    for i, r in enumerate(rows, 1):
+        r["rank"] = i if r["model"] in ranked else None
 
 
 def add_statistics(rows: list[dict], analyses: dict[str, BenchmarkAnalysis], groups: dict[str, list[str]]) -> None:

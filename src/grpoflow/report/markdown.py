@@ -6,8 +6,20 @@ import json
 import logging
 
 from grpoflow.report import statistics as compare
-from grpoflow.report.analysis import KIND_LABEL, METRICS, BenchmarkAnalysis, Comparison
-from grpoflow.report.text import fmt, md_table, num, p_is, p_text, pct, pct_ci, pts, pts_ci, sampled_order
+from grpoflow.report.analysis import KIND_LABEL, METRICS, BenchmarkAnalysis, Comparison, headline_comparison
+from grpoflow.report.text import (
+    decoding_label,
+    fmt,
+    md_table,
+    num,
+    p_is,
+    p_text,
+    pct,
+    pct_ci,
+    pts,
+    pts_ci,
+    sampled_order,
+)
 
 log = logging.getLogger(__name__)
 
@@ -23,73 +35,93 @@ def _hyperparameter_columns(experiments: dict[str, dict]) -> tuple[list[str], di
     return varying, shared
 
 
-def decoding_label(generation: dict) -> str:
-    """How a benchmark was decoded, as the report and the model card say it."""
-    if generation.get("greedy"):
-        return "greedy"
-    return (
-        f"{generation['preset']} sampling (T {generation['temperature']}, top_p {generation['top_p']}, "
-        f"top_k {generation['top_k']}), avg@{generation['samples']}"
-    )
-
-
 def _accuracy_label(a: BenchmarkAnalysis) -> str:
     return "accuracy" if (a.samples or 1) == 1 else f"avg@{a.samples}"
 
 
-def _vs_sft_phrase(c: Comparison) -> str:
+def _adjusted_phrase(c: Comparison) -> str:
+    """Δ with the interval of its own test at the level Holm puts that test at (statistics.inverted_interval): it holds
+    0 exactly when the Holm-adjusted p is at least 0.05, which it states."""
     p = c.result
+    level = compare.holm_level(p.p_value, c.p_holm)
+    test = "exact McNemar" if p.test == "exact McNemar" else "sign-flip"
+    what = "the runs' per-problem accuracy against it, " if c.relation == "seeds" else ""
+    counts = "" if c.relation == "seeds" else f", ↑{p.gained} ↓{p.lost}"
     return (
-        f"{pts_ci(p.delta, p.ci)}, ↑{p.gained} ↓{p.lost}, "
-        f"{'exact McNemar' if p.test == 'exact McNemar' else 'permutation'} {p_is(p.p_value)}"
+        f"{pts_ci(p.delta, compare.inverted_interval(p, level))} ({what}the {test} test's interval at its Holm level, "
+        f"{100 * level:.1f}%){counts}, {p_is(c.p_holm, 'p (Holm)')}"
     )
 
 
-def _headline(rows, analyses, primary, evals, health=None) -> list[str]:
-    if not rows or rows[0].get(f"{primary}.accuracy") is None:
-        return []
-    w, a = rows[0], analyses[primary]
-    line = f"**Best on `{primary}` (primary benchmark): `{w['model']}`** ({KIND_LABEL.get(w['kind'], w['kind'])}) with "
-    if w["model"] in a.intervals:
-        low, high, _ = a.intervals[w["model"]]
-        line += f"{pct(w[f'{primary}.accuracy'])} (95% CI {pct(low)}–{pct(high)})"
+def _unit_phrase(a: BenchmarkAnalysis, rows: list[dict], primary: str) -> str:
+    """What the best unit scored: a seed group's mean over its runs, or one model's accuracy and interval; and
+    its paired change against its SFT start."""
+    row = {r["model"]: r for r in rows}
+    members = a.units[a.best_unit]
+    w = row[members[0]]
+    if len(members) > 1:
+        accs = [row[m][f"{primary}.accuracy"] for m in members]
+        seeds = ", ".join(str(row[m].get("seed")) for m in members)
+        line = (
+            f"({KIND_LABEL.get(w['kind'], w['kind'])}, seeds {seeds}) with {pct(sum(accs) / len(accs))} mean over "
+            f"{len(members)} seeds ({pct(min(accs))}–{pct(max(accs))})"
+        )
     else:
-        line += f"{pct(w[f'{primary}.accuracy'])} ± {pct(w[f'{primary}.accuracy_stderr'])}"
-    c = a.vs(w["model"], "sft")
+        line = f"({KIND_LABEL.get(w['kind'], w['kind'])}) with "
+        if w["model"] in a.intervals:
+            low, high, _ = a.intervals[w["model"]]
+            line += f"{pct(w[f'{primary}.accuracy'])} (95% CI {pct(low)}–{pct(high)})"
+        else:
+            line += f"{pct(w[f'{primary}.accuracy'])} ± {pct(w[f'{primary}.accuracy_stderr'])}"
+    c = headline_comparison(a)
     if c is not None and c.result is not None:
-        line += f"; vs its SFT start `{w['baseline']}`: {_vs_sft_phrase(c)}"
-    elif c is not None and c.refused == "different problem sets":
-        line += f"; not compared with its SFT start `{w['baseline']}`: {c.refused}"
-    elif w.get(f"{primary}.delta_vs_sft") is not None:
-        line += f", {pts(w[f'{primary}.delta_vs_sft'])} vs its SFT start `{w['baseline']}`"
-    line += "."
-    verdict = (health or {}).get(w["model"], {}).get("verdict")
-    if verdict and verdict != "learned":
+        return line + f"; vs its SFT start `{w['baseline']}`: {_adjusted_phrase(c)}"
+    if c is not None and c.refused:
+        return line + f"; not compared with its SFT start `{w['baseline']}`: {c.refused}"
+    if len(members) == 1 and w.get(f"{primary}.delta_vs_sft") is not None:
+        return line + f", {pts(w[f'{primary}.delta_vs_sft'])} vs its SFT start `{w['baseline']}`"
+    return line
+
+
+def _headline(rows, analyses, primary, evals, health=None) -> list[str]:
+    a = analyses[primary]
+    if a.best_unit is None:
+        return []
+    members = a.units[a.best_unit]
+    title = "Best on" if len(a.units) > 1 else "Result on"
+    line = f"**{title} `{primary}` (primary benchmark): `{a.best_unit}`** {_unit_phrase(a, rows, primary)}."
+    unhealthy = [(m, (health or {}).get(m, {}).get("verdict")) for m in members]
+    unhealthy = [(m, v) for m, v in unhealthy if v and v != "learned"]
+    if len(members) == 1 and unhealthy:
         # Best on held-out accuracy, but its training reward did not rise beyond noise (or fell): say so here.
-        line += f" Its training health: **{verdict}** (see Training health)."
+        line += f" Its training health: **{unhealthy[0][1]}** (see Training health)."
+    elif unhealthy:
+        line += " Training health: " + ", ".join(f"`{m}` **{v}**" for m, v in unhealthy) + " (see Training health)."
     out = [line, ""]
-    if len(rows) > 1 and a.comparisons:
-        refused = a.not_compared
-        if a.indistinguishable:
-            out += [
-                f"Not distinguishable from it on `{primary}` (Holm-adjusted paired p ≥ {compare.ALPHA}): "
-                + ", ".join(f"`{m}`" for m in a.indistinguishable)
-                + ".",
-                "",
-            ]
-        elif any(c.relation == "best" and c.result for c in a.comparisons):
-            # "Every other model" only when every other model was compared: a refused one may be level with it.
-            who = "Every other model compared with it" if refused else "Every other model"
-            out += [f"{who} is significantly behind it on `{primary}` (Holm-adjusted p < {compare.ALPHA}).", ""]
-        if refused:
-            out += [_not_compared_line(primary, refused), ""]
+    it = "it" if len(members) == 1 else f"its best run `{a.best}`"
+    level = [m for m in a.indistinguishable if m not in members]  # a group's own runs are not rivals
+    rivals = [c for c in a.comparisons if c.relation == "best" and c.result and c.model not in members]
+    if level:
+        out += [
+            f"Not distinguishable from {it} on `{primary}` (Holm-adjusted paired p ≥ {compare.ALPHA}): "
+            + ", ".join(f"`{m}`" for m in level)
+            + ".",
+            "",
+        ]
+    elif rivals:
+        # "Every other model" only when every other model was compared: a refused one may be level with it.
+        who = "Every other model compared with it" if a.not_compared else "Every other model"
+        out += [f"{who} is significantly behind {it} on `{primary}` (Holm-adjusted p < {compare.ALPHA}).", ""]
+    if a.not_compared:
+        out += [_not_compared_line(primary, a.not_compared), ""]
     if a.warnings:
         out += [f"⚠ The `{primary}` numbers come with warnings: see them under `{primary}` in Paired comparisons.", ""]
     return out
 
 
 def _health_section(health: dict[str, dict]) -> list[str]:
-    """One row per GRPO run: grpoflow.health's verdict, the reward trend and the checks that fired (the same
+    """One row per GRPO run: grpoflow.health's verdict (what its last window shows), the reward against the first
+    window, step 1 and the best window, and the checks that fired, with the step that took one back (the same
     replay of train_metrics.jsonl as the lines in the run's log)."""
     if not health:
         return []
@@ -100,22 +132,43 @@ def _health_section(health: dict[str, dict]) -> list[str]:
         low, high = c["ci"]
         return f"{c['first']:.3f} → {c['last']:.3f} ({c['delta']:+.3f} [{low:+.3f}, {high:+.3f}], {label})"
 
+    def fired(h: dict) -> str:
+        out = []
+        for check, step in h["checks"].items():
+            if step is not None:
+                back = (h.get("cleared") or {}).get(check)
+                out.append(f"{check} (step {step}" + (f", taken back at {back})" if back else ")"))
+        return ", ".join(out) or "none"
+
     body = []
     for name, h in sorted(health.items()):
-        trend = h["reward_trend"]
-        shown = change(trend, f"first vs last {trend['steps']} steps") if trend else "—"
-        start = h.get("reward_from_start")
-        from_start = change(start, f"step 1 vs last {start['steps']}") if start else "—"
-        fired = ", ".join(f"{check} (step {step})" for check, step in h["checks"].items() if step is not None)
-        body.append([f"`{name}`", f"**{h['verdict']}**", shown, from_start, fired or "none"])
+        trend, start, best = h["reward_trend"], h.get("reward_from_start"), h.get("reward_from_best")
+        body.append(
+            [
+                f"`{name}`",
+                f"**{h['verdict']}**",
+                change(trend, f"first vs last {trend['steps']} steps") if trend else "—",
+                change(start, f"step 1 vs last {start['steps']}") if start else "—",
+                change(best, f"steps {best['best_steps'][0]}-{best['best_steps'][1]} vs last {best['steps']}")
+                if best
+                else "—",
+                fired(h),
+            ]
+        )
     return [
         "## Training health",
         "",
-        "Each run's training reward, last window against first and against step 1 (the start model's own reward; "
-        "99 % intervals), and the checks that fired while it "
-        "trained (grpoflow.health; their lines are in `logs/train_grpo/<run>.log`; docs/training-health.md).",
+        "What each run's last window of training reward shows: against its first window and against step 1 (the "
+        "start model's own reward), 99.5 % intervals, and against its best earlier window (the interval widened "
+        "for every pair of windows the run compares); and the checks that fired while it trained, with the step "
+        "that took one back (grpoflow.health; their lines are in `logs/train_grpo/<run>.log`; "
+        "docs/training-health.md).",
         "",
-        md_table(["run", "verdict", "training reward", "against step 1", "checks fired"], body, text_columns=5),
+        md_table(
+            ["run", "verdict", "training reward", "against step 1", "against its best window", "checks fired"],
+            body,
+            text_columns=6,
+        ),
         "",
     ]
 
@@ -143,7 +196,13 @@ def _warnings(rows, analyses, evals, groups, experiments) -> list[str]:
     return [line for w in out for line in (w, "")]
 
 
-def _ranking(rows, benchmarks, primary, experiments) -> list[str]:
+def _not_ranked_line(bench: str, a: BenchmarkAnalysis) -> list[str]:
+    if not a.not_ranked:
+        return []
+    return [f"Not ranked on `{bench}`: " + ", ".join(f"`{m}` ({why})" for m, why in a.not_ranked.items()) + ".", ""]
+
+
+def _ranking(rows, benchmarks, primary, experiments, analyses) -> list[str]:
     varying, shared = _hyperparameter_columns(experiments)
     out = [f"## Ranking on `{primary}`", ""]
     # Δ vs SFT columns only where some model has an SFT start (not in an evaluation-only config).
@@ -155,7 +214,7 @@ def _ranking(rows, benchmarks, primary, experiments) -> list[str]:
     body = []
     for r in rows:
         cells = [
-            str(r["rank"]),
+            str(r["rank"]) if r["rank"] else "–",
             f"**{r['model']}**" if r["rank"] == 1 else r["model"],
             KIND_LABEL.get(r["kind"], r["kind"]),
         ]
@@ -170,6 +229,7 @@ def _ranking(rows, benchmarks, primary, experiments) -> list[str]:
         cells += ["" if r.get(k) is None or r.get(k) == "" else str(r.get(k)) for k in varying]
         body.append(cells)
     out += [md_table(header, body, text_columns=3), ""]
+    out += _not_ranked_line(primary, analyses[primary])
     if shared:
         out += [
             "Shared by every experiment: "
@@ -201,8 +261,10 @@ def _comparisons_section(rows, analyses, evals) -> list[str]:
     for b, a in analyses.items():
         if a.best is None:
             continue
-        g = next(d for (m, bb), d in sorted(evals.items()) if bb == b)["generation"]
-        out += [f"### `{b}`: {a.n_problems} problems, {decoding_label(g)}", ""]
+        decoding = a.decoding or decoding_label(
+            next(d for (m, bb), d in sorted(evals.items()) if bb == b)["generation"]
+        )
+        out += [f"### `{b}`: {a.n_problems} problems, {decoding}", ""]
         out += [line for w in a.warnings for line in (w, "")]
         header = ["model", "kind", f"{_accuracy_label(a)} [95% CI]", "vs", "Δ [95% CI]", "↑", "↓", "p", "p (Holm)"]
         body = []
@@ -239,30 +301,38 @@ def _comparisons_section(rows, analyses, evals) -> list[str]:
                     + [label, pts_ci(p.delta, p.ci), str(p.gained), str(p.lost), p_text(p.p_value), p_text(c.p_holm)]
                 )
         out += [md_table(header, body, text_columns=4), ""]
-        if a.mde is not None and a.mde > 0:
-            out += [
-                f"**Minimum detectable effect on `{b}`:** with {a.n_problems} problems and the disagreement seen here "
-                f"(median over its distinct pairs of the mean squared per-problem difference: {a.mde_second_moment:.3f}"
-                + (", the fraction of problems whose verdict differs" if (a.samples or 1) == 1 else "")
-                + f"), a paired test at α = {compare.ALPHA} detects a difference of {100 * a.mde:.1f} pts with "
-                f"{100 * compare.POWER:.0f}% power; smaller differences here are not evidence either way.",
-                "",
-            ]
-        elif a.mde is not None:
-            out += [
-                f"**Minimum detectable effect on `{b}`:** cannot be estimated: the models here agree on every problem.",
-                "",
-            ]
-        if len(a.intervals) > 1:
-            group = [a.best] + a.indistinguishable
-            out += [
-                f"**Indistinguishable from the best** (`{a.best}`; Holm-adjusted p ≥ {compare.ALPHA} against it): "
-                + ", ".join(f"`{m}`" for m in group)
-                + ".",
-                "",
-            ]
-        if a.not_compared:
-            out += [_not_compared_line(b, a.not_compared), ""]
+        out += _benchmark_footer(b, a)
+    return out
+
+
+def _benchmark_footer(b: str, a: BenchmarkAnalysis) -> list[str]:
+    """Under a benchmark's table: the MDE, who is level with the best, who was not compared or ranked."""
+    out: list[str] = []
+    if a.mde is not None and a.mde > 0:
+        out += [
+            f"**Minimum detectable effect on `{b}`:** with {a.n_problems} problems and the disagreement seen here "
+            f"(median over its distinct pairs of the mean squared per-problem difference: {a.mde_second_moment:.3f}"
+            + (", the fraction of problems whose verdict differs" if (a.samples or 1) == 1 else "")
+            + f"), a paired test at α = {compare.ALPHA} detects a difference of {100 * a.mde:.1f} pts with "
+            f"{100 * compare.POWER:.0f}% power; smaller differences here are not evidence either way.",
+            "",
+        ]
+    elif a.mde is not None:
+        out += [
+            f"**Minimum detectable effect on `{b}`:** cannot be estimated: the models here agree on every problem.",
+            "",
+        ]
+    if len(a.intervals) > 1:
+        group = [a.best] + a.indistinguishable
+        out += [
+            f"**Indistinguishable from the best** (`{a.best}`; Holm-adjusted p ≥ {compare.ALPHA} against it): "
+            + ", ".join(f"`{m}`" for m in group)
+            + ".",
+            "",
+        ]
+    if a.not_compared:
+        out += [_not_compared_line(b, a.not_compared), ""]
+    out += _not_ranked_line(b, a)
     return out
 
 
@@ -507,7 +577,7 @@ def render_markdown(
     out = ["# grpoflow report", ""]
     out += _headline(rows, analyses, primary, evals, health)
     out += _warnings(rows, analyses, evals, groups, experiments)
-    out += _ranking(rows, benchmarks, primary, experiments)
+    out += _ranking(rows, benchmarks, primary, experiments, analyses)
     out += _health_section(health)
     out += _comparisons_section(rows, analyses, evals)
     out += _seed_section(rows, analyses, groups, evals, benchmarks)

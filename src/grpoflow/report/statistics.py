@@ -15,11 +15,17 @@ sensitive than comparing two accuracies with their separate standard errors:
 - ``accuracy_interval``: Wilson's 95 % score interval for one model (k = 1), or Wilson over the problems with
   their mean accuracies (k > 1: the k samples of a problem are not independent draws; conservative, since a
   problem's mean accuracy varies less than one completion's verdict).
-- ``holm``: Holm's step-down adjustment over the comparisons of one benchmark.
+- ``holm``: Holm's step-down adjustment over the comparisons of one benchmark; ``inverted_interval``: the interval that
+  inverts a comparison's own test (exact McNemar: Clopper-Pearson on the discordant problems; sign-flip: the
+  shifts it does not reject) at a given level, so it holds 0 exactly when that test does not reject there. The
+  headline shows it at the level Holm puts the test at (``holm_level``): it then excludes 0 exactly when the
+  Holm-adjusted p is below 0.05, and never claims more than the adjusted test.
 - ``minimum_detectable_effect``: the smallest difference a paired test at α = 0.05 finds with 80 % power, given
   the number of problems and how often two models disagree on a problem.
 - ``seed_spread``: mean, SD, min–max and a t-interval over the seeds of one configuration.
-- ``token_summary`` and ``paired_tokens``: response lengths and their paired change (seeded percentile bootstrap).
+- ``token_summary`` and ``paired_tokens``: response lengths and their paired change, with a studentized (bootstrap-t)
+  interval: a percentile bootstrap covered 87.3 % and 84.8 % for a nominal 95 % on 30 problems of lognormal(0, 1)
+  and (0, 1.25) differences, the studentized one 92.3 % and 91.2 % (tests/evaluation/test_compare.py).
 - ``reward_rise``: a training run's mean reward over its last steps against its first (train_metrics.jsonl).
 
 Runs evaluated on different problem sets (another benchmark file, limit or split) are never paired: ``pair``
@@ -28,9 +34,10 @@ raises ``DataError`` naming both files.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -202,24 +209,28 @@ def mcnemar_exact(gained: int, lost: int) -> float:
     return float(binomtest(int(gained), int(gained + lost), 0.5).pvalue)
 
 
+@functools.lru_cache(maxsize=8)
+def _sign_patterns(m: int, seed: int) -> tuple[np.ndarray, bool]:
+    """Every one of the 2^m sign patterns of m differences when there are at most PERMUTATION_RESAMPLES + 1, else
+    that many seeded random ones; and whether they are all of them."""
+    if 2**m <= PERMUTATION_RESAMPLES + 1:
+        return (((np.arange(2**m)[:, None] >> np.arange(m)) & 1) * 2 - 1).astype(np.int8), True
+    rng = np.random.default_rng(seed)
+    return (rng.integers(0, 2, size=(PERMUTATION_RESAMPLES, m), dtype=np.int8) * 2 - 1).astype(np.int8), False
+
+
 def sign_flip_p(differences: np.ndarray, seed: int = BOOTSTRAP_SEED) -> float:
     """Two-sided p-value of a paired permutation test: the mean difference against its distribution when each
-    problem's difference flips sign at random (exact enumeration when there are few problems)."""
-    from scipy.stats import permutation_test
-
+    problem's difference flips sign at random (every sign pattern when at most 13 problems differ, else 9,999
+    seeded ones, the observed pattern counted in: (hits + 1) / (resamples + 1))."""
     d = np.asarray(differences, dtype=float)
     d = d[d != 0]  # a zero difference flips to itself
     if len(d) == 0:
         return 1.0
-    res = permutation_test(
-        (d,),
-        np.mean,
-        permutation_type="samples",
-        n_resamples=PERMUTATION_RESAMPLES,
-        alternative="two-sided",
-        rng=np.random.default_rng(seed),
-    )
-    return float(min(1.0, res.pvalue))
+    signs, exact = _sign_patterns(len(d), seed)
+    observed = abs(float(d.sum()))
+    hits = int(np.count_nonzero(np.abs(signs @ d) >= observed - 1e-9 * max(1.0, observed)))
+    return min(1.0, hits / len(signs) if exact else (hits + 1) / (len(signs) + 1))
 
 
 @dataclass(frozen=True)
@@ -236,6 +247,7 @@ class Paired:
     p_value: float
     test: str  # "exact McNemar" | "sign-flip permutation"
     second_moment: float  # mean squared per-problem difference (the MDE's variance term)
+    differences: np.ndarray = field(default=None, repr=False, compare=False)  # per problem, for inverted_interval
 
     @property
     def standard_error(self) -> float:
@@ -275,7 +287,57 @@ def paired(model: Outcomes, reference: Outcomes, seed: int = BOOTSTRAP_SEED) -> 
         p_value=p,
         test=test,
         second_moment=float(np.mean(d**2)),
+        differences=d,
     )
+
+
+def holm_level(p_value: float, p_holm: float, alpha: float = ALPHA) -> float:
+    """The confidence at which a test's own interval agrees with its Holm-adjusted p: Holm multiplies the test's
+    p by c = p_holm / p (at most the number of tests), so the test is rejected exactly when its p is below
+    alpha / c, and its interval at 1 - alpha / c excludes 0 exactly then. Between the unadjusted 95 % and
+    Bonferroni's 1 - alpha / m."""
+    return 1 - alpha * p_value / p_holm if p_holm > 0 else 1 - alpha
+
+
+def inverted_interval(p: Paired, confidence: float, seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+    """The interval of ``p.delta`` that inverts ``p``'s own test at ``confidence``: it excludes 0 exactly when the
+    test's p is below 1 - confidence.
+
+    Exact McNemar (one completion per problem): conditional on the d discordant problems, the gained ones are
+    Binomial(d, pi) and delta = (d / n)(2 pi - 1); Clopper-Pearson's interval for pi excludes 1/2 exactly when
+    the two-sided exact test (twice the smaller tail at pi = 1/2, scipy's binomtest) rejects. Sign-flip
+    permutation (several per problem): the shifts delta0 whose differences d - delta0 the test does not reject,
+    found by bisection between the estimate and the far end on each side (started at 0 on the side of 0, so
+    the agreement at 0 holds even where the randomized test's p is not monotone)."""
+    from scipy.stats import binomtest
+
+    if p.test == "exact McNemar":
+        discordant = p.gained + p.lost
+        if discordant == 0:
+            return 0.0, 0.0
+        ci = binomtest(p.gained, discordant).proportion_ci(confidence_level=confidence, method="exact")
+        scale = discordant / p.n
+        return scale * (2 * ci.low - 1), scale * (2 * ci.high - 1)
+    d = np.asarray(p.differences, dtype=float)
+    alpha = 1 - confidence
+
+    def rejected(shift: float) -> bool:
+        return sign_flip_p(d - shift, seed) < alpha
+
+    def bound(far: float) -> float:
+        near = float(d.mean())  # d - mean(d) has mean 0: never rejected
+        towards_zero = (far - near) * (0.0 - near) > 0
+        if towards_zero and not rejected(0.0):
+            near = 0.0  # the test keeps 0: so does the interval
+        outer = 0.0 if towards_zero and near != 0.0 else far
+        if not rejected(outer):
+            return outer
+        for _ in range(40):  # |far - near| <= 2: 1e-12 of accuracy
+            mid = (near + outer) / 2
+            near, outer = (near, mid) if rejected(mid) else (mid, outer)
+        return near
+
+    return bound(-1.0), bound(1.0)
 
 
 @dataclass(frozen=True)
@@ -365,12 +427,36 @@ def token_summary(o: Outcomes) -> dict:
     }
 
 
+def studentized_interval(
+    values: np.ndarray, confidence: float = CONFIDENCE, seed: int = BOOTSTRAP_SEED, resamples: int = BOOTSTRAP_RESAMPLES
+) -> tuple[float, float]:
+    """Bootstrap-t interval of the mean of ``values``: the resamples' t statistics (mean minus the sample's mean,
+    over the resample's own standard error) give the quantiles, the sample's standard error the scale. Second-order
+    accurate where the percentile bootstrap is first-order, which is what a skewed distribution of 30 problems
+    needs (module docstring). Resamples whose values are all equal have no t and are left out."""
+    x = np.asarray(values, dtype=float)
+    n = len(x)
+    mean, se = float(x.mean()), float(x.std(ddof=1)) / math.sqrt(n) if n > 1 else 0.0
+    if se == 0:
+        return mean, mean
+    rng = np.random.default_rng(seed)
+    t = []
+    for start in range(0, resamples, _CHUNK):
+        draws = x[rng.integers(0, n, size=(min(_CHUNK, resamples - start), n))]
+        se_b = draws.std(axis=1, ddof=1) / math.sqrt(n)
+        keep = se_b > 0
+        t.append((draws.mean(axis=1)[keep] - mean) / se_b[keep])
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(np.concatenate(t), [tail, 1 - tail])
+    return mean - float(high) * se, mean - float(low) * se
+
+
 def paired_tokens(model: Outcomes, reference: Outcomes, seed: int = BOOTSTRAP_SEED) -> dict:
-    """Change in mean response tokens against ``reference`` on the same problems, with a paired bootstrap
-    interval (per-problem mean tokens), also as a fraction of the reference's mean."""
+    """Change in mean response tokens against ``reference`` on the same problems, with a paired studentized
+    bootstrap interval (per-problem mean tokens), also as a fraction of the reference's mean."""
     check_same_problems(model, reference)
     d = model.tokens.mean(axis=1) - reference.tokens.mean(axis=1)
-    low, high = percentile_interval(bootstrap_means(d, seed))
+    low, high = studentized_interval(d, seed=seed)
     base = float(reference.tokens.mean())
     return {
         "delta": float(d.mean()),

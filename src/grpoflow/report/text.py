@@ -25,9 +25,9 @@ def p_text(p: float | None) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}" if p < 0.01 else f"{p:.2f}"
 
 
-def p_is(p: float) -> str:
-    """``p < 0.001`` or ``p = 0.70``."""
-    return "p < 0.001" if p < 0.001 else f"p = {p_text(p)}"
+def p_is(p: float, name: str = "p") -> str:
+    """``p < 0.001`` or ``p = 0.70`` (``name``: ``p (Holm)``)."""
+    return f"{name} < 0.001" if p < 0.001 else f"{name} = {p_text(p)}"
 
 
 def pct_ci(value: float, ci) -> str:
@@ -36,6 +36,16 @@ def pct_ci(value: float, ci) -> str:
 
 def pts_ci(delta: float, ci) -> str:
     return f"{100 * delta:+.1f} pts [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
+
+
+def decoding_label(generation: dict) -> str:
+    """How a benchmark was decoded, as the report and the model card say it."""
+    if generation.get("greedy"):
+        return "greedy"
+    return (
+        f"{generation['preset']} sampling (T {generation['temperature']}, top_p {generation['top_p']}, "
+        f"top_k {generation['top_k']}), avg@{generation['samples']}"
+    )
 
 
 def sampled_order(key: str) -> tuple:

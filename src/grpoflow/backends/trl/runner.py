@@ -129,7 +129,7 @@ def _callbacks(live_metrics: Path, spec: dict):
         weight-sync check's row keys), asked at each row."""
 
         progress: StepProgress | None = None
-        health = common.health_monitor(spec)
+        health = common.health_monitor(spec, live_metrics)  # continues from the rows before a resume
         extra: list = []
 
         def on_train_begin(self, args, state, control, **kwargs):

@@ -287,7 +287,8 @@ def train(spec: dict, model_path: str, resumed_from: int) -> int:
         time.monotonic() - started,
     )
     rollout = _rollout_config(grpo, tunix, tokenizer, model_path)
-    rows_out = MetricRows(ckpt_dir / LIVE_METRICS, grpo["total_steps"], resumed_from, common.health_monitor(spec))
+    live, health = ckpt_dir / LIVE_METRICS, common.health_monitor(spec, ckpt_dir / LIVE_METRICS)
+    rows_out = MetricRows(live, grpo["total_steps"], resumed_from, health)
     cluster = _cluster(spec, actor, reference, tokenizer, mesh, rollout, rows_out, ckpt_dir)
     learner = _learner(spec, cluster, tokenizer)
     batches = PromptBatches(rows, grpo["prompts_per_step"], grpo["seed"], rollout)

@@ -245,12 +245,14 @@ def run_trainer(argv: list[str], nodes: int, gpus_per_node: int, env: dict[str, 
 
 
 @contextlib.contextmanager
-def step_progress(logfile: Path, planned: int):
+def step_progress(logfile: Path, planned: int, resumed_from: int | None = None):
     """A progress line per step (grpoflow.progress) in the job log while verl runs, read from verl's file logger,
     and the training-health checks' lines (grpoflow.health; they log only: verl runs in its own process tree, which
-    this follower does not stop, so ``health.stop_on`` applies to TRL and Tunix)."""
+    this follower does not stop, so ``health.stop_on`` applies to TRL and Tunix). After a resume the checks continue
+    from the earlier attempts' steps up to ``resumed_from``, as the report's replay of train_metrics.jsonl does."""
     progress = StepProgress(planned)
-    health = HealthMonitor(planned, stop_on=())
+    earlier = vm.collect(vm.attempt_files(logfile.parent.parent), resumed_from) if resumed_from else []
+    health = HealthMonitor.resumed(planned, earlier, stop_on=())
     stop = threading.Event()
 
     def on_row(row: dict) -> None:
@@ -454,7 +456,7 @@ def _run_attempt(
     env = {**os.environ, **threads, "VERL_FILE_LOGGER_PATH": str(logfile)}
     started = time.monotonic()
     try:
-        with step_progress(logfile, planned), rotating(ckpt, ov, planned):
+        with step_progress(logfile, planned, before), rotating(ckpt, ov, planned):
             rc = run_trainer(trainer_argv, nodes, gpus_per_node, env)
     except Interrupted as stop:
         last = ck.latest_step(ckpt)
