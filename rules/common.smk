@@ -104,12 +104,6 @@ def evaluation_container(wildcards):
     return _deploy.container(config, evaluation_plane())
 
 
-def evaluation_job_plane(wildcards, input, output):
-    """The plane the evaluate job runs in, told to it (--plane): it picks the job's checks (vLLM's CPU build: no GPU
-    check). A param of input/output, compared by nothing: the interpreter (params.python) already reruns a switch."""
-    return evaluation_plane()
-
-
 # One process at a time can hold a TPU: Tunix training and Tunix evaluation (the jobs that open the accelerator; a
 # Tunix merge exports on the host CPU) each take the whole `tpu` resource, so Snakemake never runs two at once. Its
 # limit is 1 unless --resources tpu=N says otherwise.
@@ -433,6 +427,11 @@ def evaluate_job(wildcards, input, output):
             "prompt": benchmark_prompt(wildcards.benchmark),
             "settings": evaluation_settings(),
             "inputs": dict(input.items()),
+            # The plane the job runs in: it picks the job's checks (vLLM's CPU build: no GPU check). In this param of
+            # input/output, which no rerun trigger compares, rather than on the shell line: a changed shell line
+            # reruns every finished evaluation (Snakemake's code trigger); the interpreter (params.python) already
+            # reruns a switch of plane.
+            "plane": evaluation_plane(),
             "metrics_path": output.metrics,
             "samples_path": output.samples,
         }

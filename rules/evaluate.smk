@@ -36,9 +36,8 @@ rule evaluate:
         python=lambda wc: evaluation_python(),
         job=evaluate_job,
         tpu=evaluation_declared_tpu,
-        plane=evaluation_job_plane,
     shell:
-        "export GRPOFLOW_GPU_CHECK_RETRY={resources.gpu_check_retry} GRPOFLOW_TUNIX_TPU={params.tpu:q}; {params.python} -m grpoflow.workflow evaluate --plane {params.plane} --log {log} --threads {threads} --kwargs {params.job:q}"
+        "export GRPOFLOW_GPU_CHECK_RETRY={resources.gpu_check_retry} GRPOFLOW_TUNIX_TPU={params.tpu:q}; {params.python} -m grpoflow.workflow evaluate --log {log} --threads {threads} --kwargs {params.job:q}"
 
 
 # `snakemake baselines`: evaluate the SFT starting points and the external models on every benchmark, with no

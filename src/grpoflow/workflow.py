@@ -125,13 +125,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", default=None, help="the rule's log file")
     parser.add_argument("--kwargs", required=True, help="the job's arguments as a JSON object")
     parser.add_argument("--threads", type=int, default=None, help="the job's CPU threads (Snakemake's {threads})")
-    parser.add_argument("--plane", default=None, help="the plane grpoflow.deployment runs the job in")
+    parser.add_argument(
+        "--plane", default=None, help="the plane grpoflow.deployment runs the job in (else the --kwargs' \"plane\")"
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     kwargs = json.loads(args.kwargs)
     if args.threads is not None:
         kwargs["threads"] = args.threads
-    run_shell_job(args.job, args.log, kwargs, args.plane)
+    plane = kwargs.pop("plane", None)  # the rule puts it in the JSON (rules/common.smk, evaluate_job)
+    run_shell_job(args.job, args.log, kwargs, args.plane or plane)
     return 0
 
 

