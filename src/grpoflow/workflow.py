@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kwargs", required=True, help="the job's arguments as a JSON object")
     parser.add_argument("--threads", type=int, default=None, help="the job's CPU threads (Snakemake's {threads})")
     parser.add_argument(
-        "--plane", default=None, help="the plane grpoflow.deployment runs the job in (else the --kwargs' \"plane\")"
+        "--plane", default=None, help='the plane grpoflow.deployment runs the job in (else the --kwargs\' "plane")'
     )
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
