@@ -253,15 +253,14 @@ def merge_command(cfg, experiment: str, work: Path) -> list[str]:
 
 def evaluate_command(cfg, work: Path, model_dir: Path, out: Path) -> list[str]:
     """evaluate's command (rules/evaluate.smk) for ``model_dir`` on the arith test split, with cfg's settings."""
-    from grpoflow.evaluation.settings import benchmark_prompt, evaluation_settings
 
     kwargs = {
         "model_name": "verl-merged",
         "model": {"kind": "external", "path": str(model_dir)},
         "benchmark_name": "arith",
         "benchmark": cfg.evaluation["benchmarks"]["arith"],
-        "prompt": benchmark_prompt(cfg, "arith"),
-        "settings": evaluation_settings(cfg),
+        "prompt": cfg.benchmark_prompt("arith"),
+        "run": cfg.benchmark_runs["arith"].as_json(),
         "inputs": {"data": str(work / "data" / "test.parquet")},
         "metrics_path": str(out / "arith.json"),
         "samples_path": str(out / "arith.samples.jsonl"),

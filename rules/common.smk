@@ -351,8 +351,6 @@ from grpoflow.backends import attempt_runtime as _attempt_runtime
 from grpoflow.backends import slurm_resources as _slurm_resources
 from grpoflow.backends import stop_signal as _stop_signal
 from grpoflow.backends import training_command as _training_command
-from grpoflow.evaluation.settings import benchmark_prompt as _benchmark_prompt
-from grpoflow.evaluation.settings import evaluation_settings as _evaluation_settings
 from grpoflow.hub import card_sources as _card_sources
 from grpoflow.report import experiment_rewards as _experiment_rewards
 from grpoflow.report import experiment_summary as _experiment_summary
@@ -425,7 +423,10 @@ def evaluate_job(wildcards, input, output):
             "benchmark_name": wildcards.benchmark,
             "benchmark": CFG.evaluation["benchmarks"][wildcards.benchmark],
             "prompt": benchmark_prompt(wildcards.benchmark),
-            "settings": evaluation_settings(),
+            # The benchmark's plan as config load resolved it (grpoflow.evaluation.settings.BenchmarkRun): the job
+            # decodes it and resolves nothing. (The rule's `settings` param, which reruns the job when they change,
+            # stays as it was.)
+            "run": CFG.benchmark_runs[wildcards.benchmark].as_json(),
             "inputs": dict(input.items()),
             # The plane the job runs in: it picks the job's checks (vLLM's CPU build: no GPU check). In this param of
             # input/output, which no rerun trigger compares, rather than on the shell line: a changed shell line
@@ -439,11 +440,11 @@ def evaluate_job(wildcards, input, output):
 
 
 def benchmark_prompt(benchmark):
-    return _benchmark_prompt(CFG, benchmark)
+    return CFG.benchmark_prompt(benchmark)
 
 
 def evaluation_settings():
-    return _evaluation_settings(CFG)
+    return CFG.evaluation_settings()
 
 
 def report_experiment_summary(experiment):

@@ -117,7 +117,7 @@ def test_shell_job_runs_the_library_function_with_its_check_first(tmp_path):
     """`python -m grpoflow.workflow evaluate` with evaluation.backend vllm stops at the check, before reading any input."""
     log = tmp_path / "eval.log"
     kwargs = {
-        "settings": {"backend": "vllm"},
+        "run": {"settings": {"backend": "vllm"}},
         "model_name": "m",
         "model": {},
         "benchmark_name": "b",

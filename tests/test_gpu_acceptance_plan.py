@@ -158,7 +158,7 @@ def test_the_eval_part_runs_the_evaluate_job_on_the_model_given(tmp_path):
     assert argv[1:4] == ["-m", "grpoflow.workflow", "evaluate"]
     kwargs = json.loads(argv[argv.index("--kwargs") + 1])
     assert kwargs["model"] == {"kind": "external", "path": str(model)}
-    assert kwargs["settings"]["backend"] == "transformers"
+    assert kwargs["run"]["settings"]["backend"] == "transformers"
     assert (kwargs["benchmark"]["dataset"], kwargs["benchmark"]["split"]) == ("arith", "test")
 
 
@@ -237,7 +237,7 @@ def test_dry_composes_the_verl_part_as_the_train_grpo_rule_does_and_verl_accepts
     assert merge[1:4] == ["-m", "grpoflow.workflow", "merge_checkpoint"]
     assert json.loads(merge[merge.index("--kwargs") + 1])["backend"] == "verl"
     evaluate = shlex.split(r["evaluate"])
-    assert json.loads(evaluate[evaluate.index("--kwargs") + 1])["settings"]["backend"] == "vllm"
+    assert json.loads(evaluate[evaluate.index("--kwargs") + 1])["run"]["settings"]["backend"] == "vllm"
 
 
 def test_dry_runs_colocate_with_vllm_a_moving_rate_and_rewards_that_differ(tmp_path):

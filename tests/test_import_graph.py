@@ -140,7 +140,6 @@ def test_no_package_depends_on_itself_through_others():
     )
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=ISSUE_42.format("still a loop", "config <-> settings"))
 def test_no_circle_at_the_type_level():
     g = A.graph(A.TYPE)
     assert A.circles(g) == [], "circles at the type level:\n" + describe(g, A.TYPE)

@@ -17,6 +17,7 @@ import yaml
 
 from grpoflow.backends import BACKENDS
 from grpoflow.errors import ConfigError
+from grpoflow.plan import ExperimentPlan
 from grpoflow.schema import (  # the pure parts, re-exported: callers import them from here
     canonical,
     deep_merge,
@@ -52,10 +53,15 @@ class WorkflowConfig:
     demo: dict | None
     # model name -> {"kind": "grpo"|"sft"|"external", "experiment": ..., "path": ...}
     models: dict[str, dict] = field(default_factory=dict)
-    # Resolved once, at load: each benchmark's decoding, backend and answer format (what its evaluate jobs run
-    # with), and each experiment's reward set (what its training computes).
+    # Resolved once, at load, the typed plans (grpoflow.plan): each benchmark's decoding, backend and answer format
+    # (what its evaluate jobs run with: handed to them in their JSON) and each experiment's plan (its grpo settings,
+    # resolved reward set, resources and backend section: what its training job decodes from its spec).
     benchmark_runs: dict[str, BenchmarkRun] = field(default_factory=dict)
-    reward_sets: dict[str, ResolvedRewards] = field(default_factory=dict)
+    plans: dict[str, ExperimentPlan] = field(default_factory=dict)
+
+    @property
+    def reward_sets(self) -> dict[str, ResolvedRewards]:
+        return {name: plan.rewards for name, plan in self.plans.items()}
 
     # ---- datasets ----
     def dataset_splits(self, name: str) -> list[str]:
@@ -83,6 +89,17 @@ class WorkflowConfig:
 
     def eval_targets(self) -> list[str]:
         return [f"{RESULTS}/{m}/eval/{b}.json" for m in self.evaluated_models() for b in self.benchmarks()]
+
+    def evaluation_settings(self) -> dict:
+        """The evaluation-wide settings (the ``evaluation`` section less its structural keys)."""
+        from grpoflow.evaluation.settings import settings_of
+
+        return settings_of(self.evaluation)
+
+    def benchmark_prompt(self, benchmark: str) -> dict | None:
+        from grpoflow.evaluation.settings import benchmark_prompt
+
+        return benchmark_prompt(self.evaluation, self.datasets, benchmark)
 
 
 def dataset_splits(ds: dict) -> list[str]:
@@ -122,8 +139,8 @@ def _check_dataset(name: str, ds: dict) -> None:
             )
 
 
-def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> ResolvedRewards:
-    """Cross checks of one experiment; returns its resolved reward set."""
+def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> ExperimentPlan:
+    """Cross checks of one experiment; returns its plan."""
     where = f"experiments.{name}"
     data = exp.get("data") or {}
     if "dataset" not in data:
@@ -160,7 +177,7 @@ def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> ResolvedRewa
         raise ConfigError(
             f"config error: {where}.rewards.weights has {len(rewards['weights'])} values for {len(rewards['funcs'])} funcs {rewards['funcs']}: give one weight per func"
         )
-    reward_set = _resolve_rewards(where, exp)
+    plan = _resolve_plan(name, exp)
     _check_no_credentials(where, exp)
     _check_merge_step(where, exp)
     _check_term_before_limit(where, exp["resources"])
@@ -172,7 +189,7 @@ def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> ResolvedRewa
         raise ConfigError(
             f"config error: {where}.upload.enabled is true but upload.repo_id is not set (e.g. your-org/{name})"
         )
-    return reward_set
+    return plan
 
 
 # A name is a credential when it ends in a secret's word (HF_TOKEN, hub_token, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY)
@@ -244,16 +261,14 @@ def _check_term_before_limit(where: str, res: dict) -> None:
             )
 
 
-def _resolve_rewards(where: str, exp: dict) -> ResolvedRewards:
+def _resolve_plan(name: str, exp: dict) -> ExperimentPlan:
     try:
-        from grpoflow.rewards.registry import resolve_reward_set  # owned by the reward library
+        import grpoflow.rewards.registry  # noqa: F401 (the reward library resolves the reward set)
     except ImportError:  # reward library not importable: fail loudly, never train with an unchecked reward
         raise ConfigError(
             "config error: grpoflow.rewards cannot be imported to check the reward config: reinstall the package (pip install -e .)"
         )
-    return resolve_reward_set(
-        exp["rewards"], max_response_length=exp["grpo"]["max_response_length"], where=f"{where}.rewards"
-    )
+    return ExperimentPlan.resolve(name, exp)
 
 
 # Backend-specific cross checks (verl batch arithmetic, TRL batch divisibility) register here when their
@@ -406,7 +421,7 @@ def resolve_config(raw: dict) -> WorkflowConfig:
         demo=canonical(demo, {"$ref": "#/$defs/demo"}, defs) if demo is not None else None,
     )
     # 4. Checks across sections, resolving what the jobs take: reward sets, models, benchmark runs.
-    cfg.reward_sets = {name: _check_experiment(name, exp, cfg) for name, exp in cfg.experiments.items()}
+    cfg.plans = {name: _check_experiment(name, exp, cfg) for name, exp in cfg.experiments.items()}
     _build_models(cfg)
     cfg.models = canonical(cfg.models)
     _check_evaluation(cfg)

@@ -42,13 +42,18 @@ def _merge_check(kw: dict, plane: str | None) -> tuple[str | None, str | None]:
     return backends.get(kw["backend"]).MERGE_CHECK, None
 
 
+def _run_settings(kw: dict) -> dict:
+    """The evaluate job's settings: its benchmark's plan's (``run``, grpoflow.evaluation.settings.BenchmarkRun)."""
+    return (kw.get("run") or {}).get("settings") or {}
+
+
 def _evaluate_check(kw: dict, plane: str | None) -> tuple[str | None, str | None]:
     """(envcheck kind, what the GPU check calls the job or None): the row of the evaluation backend in the job's
     plane (vLLM's CPU build: its own check, no GPU check)."""
     from grpoflow.backends import GPU
     from grpoflow.evaluation.backends import evaluation_backend
 
-    row = evaluation_backend((kw.get("settings") or {}).get("backend"), plane)
+    row = evaluation_backend(_run_settings(kw).get("backend"), plane)
     return row.check, f"evaluate (backend {row.name})" if row.accelerator == GPU else None
 
 
@@ -56,7 +61,7 @@ def _evaluate_workers(kw: dict, plane: str | None) -> tuple[int, str] | None:
     """(compute processes, what they are) the evaluation backend starts in the job's plane, or None: its row."""
     from grpoflow.evaluation.backends import evaluation_backend
 
-    settings = kw.get("settings") or {}
+    settings = _run_settings(kw)
     row = evaluation_backend(settings.get("backend"), plane)
     return (row.worker_processes(settings), f"the {row.name} evaluation backend's") if row.worker_processes else None
 

@@ -66,7 +66,7 @@ from grpoflow.evaluation.generation import (
     stop_token_ids,
 )
 from grpoflow.evaluation.metrics import aggregate, score_completion
-from grpoflow.evaluation.settings import BenchmarkRun, Generation, resolve_benchmark
+from grpoflow.evaluation.settings import BenchmarkRun, Generation
 from grpoflow.io import atomic_write_json, atomic_write_jsonl
 from grpoflow.provenance import provenance
 
@@ -82,16 +82,16 @@ def evaluate(
     benchmark_name: str,
     benchmark: dict,
     prompt: dict | None,
-    settings: dict,
+    run: dict,
     inputs: dict,
     metrics_path: str,
     samples_path: str,
     threads: int | None = None,
 ) -> dict:
     """Evaluate ``model`` (an entry of the resolved config's ``models``) on ``benchmark``; write both files.
-    ``settings``: the evaluation-wide settings; the benchmark's own decoding keys win over them, resolved by the
-    same ``resolve_benchmark`` that config load ran on these values (``WorkflowConfig.benchmark_runs``)."""
-    run = resolve_benchmark(settings, benchmark_name, benchmark)
+    ``run``: the benchmark's plan as config load resolved it (``WorkflowConfig.benchmark_runs``, ``as_json``):
+    decoded here, never resolved again."""
+    run = BenchmarkRun.from_json(run)
     source = resolve_model(model_name, model, inputs)
     data_path = benchmark_data_path(benchmark_name, benchmark, inputs)
     problems = load_benchmark(benchmark_name, benchmark, data_path)
