@@ -105,21 +105,27 @@ def _spec_to_runner() -> list[Hop]:
         Hop("rules/train.smk", r"\{params\.command\} > \{log\} 2>&1", "the rule's shell command", "return"),
         Hop(
             "src/grpoflow/backends/trl/train.py",
-            r'code = train_main\("trl", argv, env_check\)',
+            r'spec = read_spec\("trl", argv\)',
             "`python -m grpoflow.backends.trl.train --spec JSON` in the job",
             "process",
         ),
         Hop(
             "src/grpoflow/backends/common.py",
-            r"spec = json\.loads\(args\.spec\)",
+            r"return json\.loads\(args\.spec\)",
             "parse_args, json.loads: a dict again",
             "argparse",
         ),
         Hop(
+            "src/grpoflow/backends/trl/train.py",
+            r"guarded\(train, spec, ",
+            "back in the backend's entry point: its job, under guarded",
+            "return",
+        ),
+        Hop(
             "src/grpoflow/backends/trl/runner.py",
             r"^def run_training\(spec",
-            "the runner (module imported by an f-string name)",
-            "importlib",
+            "the runner, which train.py imports itself",
+            "call",
         ),
     ]
 

@@ -12,7 +12,6 @@ reading the RL Parquet. Light (no trainer imports).
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import math
@@ -223,12 +222,16 @@ def spec_command(backend: str, spec: dict) -> str:
 # ---- a backend's entry point: python -m grpoflow.backends.<name>.train --spec JSON ----------------------------------
 
 
-def train_main(backend: str, argv: list[str] | None, env_check: str | Callable[[dict], None] | None = None) -> int:
-    """Parse ``--spec``, log the interpreter, run the environment check ``env_check`` (a grpoflow.envcheck kind, or
-    a function of the spec; seconds, before any trainer import), then ``grpoflow.backends.<backend>.runner.run_training(spec)``; any failure is one
-    ``grpoflow: error:`` line (grpoflow.joblog.guarded)."""
-    from grpoflow import envcheck
-    from grpoflow.joblog import guarded, setup_logging
+# Each backend's train.py reads top to bottom: ``read_spec`` (its SIGTERM handler first), then under
+# grpoflow.joblog.guarded (any failure one ``grpoflow: error:`` line) ``check_environment`` and its own runner, which it
+# imports itself: nothing here names a backend's module.
+
+
+def read_spec(backend: str, argv: list[str] | None) -> dict:
+    """``--spec`` of ``python -m grpoflow.backends.<backend>.train``, parsed (the SIGTERM stop installed first), with the
+    job's logging set up. The spec is what the backend's ``training_spec`` composed; ``grpoflow.plan.TrainingPlan``
+    decodes its typed parts."""
+    from grpoflow.joblog import setup_logging
 
     parser = argparse.ArgumentParser(
         prog=f"python -m grpoflow.backends.{backend}.train",
@@ -241,20 +244,21 @@ def train_main(backend: str, argv: list[str] | None, env_check: str | Callable[[
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     setup_logging()
     try:
-        spec = json.loads(args.spec)
+        return json.loads(args.spec)
     except ValueError as exc:
         parser.error(f"--spec is not valid JSON: {exc}")
 
-    def train() -> None:
-        envcheck.log_interpreter()
-        if callable(env_check):
-            env_check(spec)
-        elif env_check:
-            envcheck.check(env_check)
-        importlib.import_module(f"grpoflow.backends.{backend}.runner").run_training(spec)
 
-    guarded(train, what=f"train_grpo ({spec.get('experiment')})")
-    return 0
+def check_environment(spec: dict, env_check: str | Callable[[dict], None] | None) -> None:
+    """Log the interpreter and run the environment check ``env_check`` (a grpoflow.envcheck kind, or a function of the
+    spec): seconds, before any trainer import."""
+    from grpoflow import envcheck
+
+    envcheck.log_interpreter()
+    if callable(env_check):
+        env_check(spec)
+    elif env_check:
+        envcheck.check(env_check)
 
 
 # ---- one training run: resume point, live metrics, SIGTERM, the end -----------------------------------------------

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import sys
 
-from grpoflow.backends.common import train_main
+from grpoflow.backends.common import check_environment, read_spec
+from grpoflow.joblog import guarded
 
 
 def env_check(spec: dict) -> None:
@@ -31,6 +32,14 @@ def env_check(spec: dict) -> None:
         envcheck.require("train_grpo (backend trl, vLLM on the CPU)", needs, envcheck.HOW_TO_PICK_VLLM_CPU)
 
 
+def train(spec: dict) -> None:
+    """The job: its environment checks, then the resumable GRPOTrainer run (torch and TRL load only now)."""
+    check_environment(spec, env_check)
+    from grpoflow.backends.trl.runner import run_training
+
+    run_training(spec)
+
+
 def main(argv: list[str] | None = None) -> int:
     from grpoflow.backends.common import process_sigterm_stop
     from grpoflow.backends.trl.launch import unblock_stop_signal
@@ -40,9 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     # The handler comes first: a SIGTERM while the model loads is the same stop, taken at the first step boundary.
     process_sigterm_stop()
     unblock_stop_signal()
-    code = train_main("trl", argv, env_check)
+    spec = read_spec("trl", argv)
+    guarded(train, spec, what=f"train_grpo ({spec.get('experiment')})")
     close_process_group()
-    return code
+    return 0
 
 
 def close_process_group() -> None:

@@ -413,7 +413,7 @@ def algo_config(grpo: dict, tunix: dict):
 def _run_until_done_or_stopped(learner, batches: PromptBatches) -> None:
     """Tunix's training loop; SIGTERM stops the batches at the next step, then Tunix's learner leaves its loop and
     saves the last step."""
-    stop = common.process_sigterm_stop()  # installed at the job's start (common.train_main)
+    stop = common.process_sigterm_stop()  # installed at the job's start (common.read_spec)
     stop.watch(batches.stop)
     try:
         learner.train(batches)

@@ -5,11 +5,22 @@ from __future__ import annotations
 
 import sys
 
-from grpoflow.backends.common import train_main
+from grpoflow.backends.common import check_environment, read_spec
+from grpoflow.joblog import guarded
+
+
+def train(spec: dict) -> None:
+    """The job: its environment check, then the resumable GRPOLearner run (JAX and Tunix load only now)."""
+    check_environment(spec, "train-tunix")
+    from grpoflow.backends.tunix.runner import run_training
+
+    run_training(spec)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return train_main("tunix", argv, env_check="train-tunix")
+    spec = read_spec("tunix", argv)
+    guarded(train, spec, what=f"train_grpo ({spec.get('experiment')})")
+    return 0
 
 
 if __name__ == "__main__":
