@@ -43,7 +43,7 @@ ALL = RUNTIME | TYPE
 # (module, table) whose module-name strings are its targets. Each table is a registry written in the source.
 DYNAMIC_ARGUMENTS: dict[tuple[str, str], tuple[str, str]] = {
     ("grpoflow.backends", "module"): ("grpoflow.backends", "BACKENDS"),
-    ("grpoflow.workflow", "module"): ("grpoflow.workflow", "SHELL_JOBS"),
+    ("grpoflow.job", "module"): ("grpoflow.job", "SHELL_JOBS"),
     ("grpoflow.evaluation.run", "evaluation_backend(run.backend).module"): (
         "grpoflow.evaluation.backends",
         "EVALUATION_BACKENDS",

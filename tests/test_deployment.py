@@ -113,8 +113,13 @@ def test_dry_run_shows_each_job_with_its_interpreter(tmp_path):
     assert "module load cuda; source /s/venv/bin/activate && python -m grpoflow.workflow merge_checkpoint" in out
 
 
-def test_shell_job_runs_the_library_function_with_its_check_first(tmp_path):
-    """`python -m grpoflow.workflow evaluate` with evaluation.backend vllm stops at the check, before reading any input."""
+@pytest.mark.parametrize(
+    "entry", [("grpoflow.job", "--plan"), ("grpoflow.workflow", "--kwargs")], ids=["job", "workflow-shim"]
+)
+def test_shell_job_runs_the_library_function_with_its_check_first(tmp_path, entry):
+    """`python -m grpoflow.job evaluate --plan` (and its shim `python -m grpoflow.workflow evaluate --kwargs`, which
+    finished runs' shell lines name) with evaluation.backend vllm stops at the check, before reading any input."""
+    module, flag = entry
     log = tmp_path / "eval.log"
     kwargs = {
         "run": {"settings": {"backend": "vllm"}},
@@ -128,7 +133,7 @@ def test_shell_job_runs_the_library_function_with_its_check_first(tmp_path):
         "samples_path": str(tmp_path / "s.jsonl"),
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "grpoflow.workflow", "evaluate", "--log", str(log), "--kwargs", json.dumps(kwargs)],
+        [sys.executable, "-m", module, "evaluate", "--log", str(log), flag, json.dumps(kwargs)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -39,7 +39,7 @@ def describe(g: dict[str, set[str]], kinds, collapse=None) -> str:
 def test_the_graph_is_read_from_the_source():
     graph = A.graph(A.STATIC)
     assert "grpoflow.errors" in graph["grpoflow.config"]  # module level
-    assert "grpoflow.envcheck" in graph["grpoflow.workflow"]  # inside a function
+    assert "grpoflow.envcheck" in graph["grpoflow.job"]  # inside a function
     assert graph["grpoflow.errors"] == set() and graph["grpoflow.hubid"] == set()
 
 
@@ -60,7 +60,7 @@ def test_every_importlib_call_is_an_edge():
     dynamic = {(e.source, e.target) for e in A.edges() if e.kind == "dynamic"}
     assert ("grpoflow.backends", "grpoflow.backends.verl") in dynamic  # BACKENDS's values
     assert ("grpoflow.evaluation.run", "grpoflow.evaluation.vllm_backend") in dynamic  # EVALUATION_BACKENDS's modules
-    assert ("grpoflow.workflow", "grpoflow.merge") in dynamic  # SHELL_JOBS's modules
+    assert ("grpoflow.job", "grpoflow.merge") in dynamic  # SHELL_JOBS's modules
 
 
 def test_the_graph_reads_each_kind_of_edge(tmp_path, monkeypatch):

@@ -1,7 +1,7 @@
 """The evaluation backends, in one table: what ``evaluation.backend`` names, and everything the workflow asks of it.
 
 ``evaluate`` imports the backend's module and calls its ``generate``; grpoflow.deployment runs the job in its plane's
-interpreter; grpoflow.workflow checks its environment first (a grpoflow.envcheck kind) and, on a GPU, the node
+interpreter; grpoflow.job checks its environment first (a grpoflow.envcheck kind) and, on a GPU, the node
 (grpoflow.gpucheck); grpoflow.preflight finds the same modules at Snakemake's start; ``rules/common.smk`` gives a TPU
 job the workflow's ``tpu`` resource. A new evaluation backend is one module with ``generate`` and one row here (and
 its name in the schema's ``evaluation.backend`` enum).
@@ -29,7 +29,7 @@ class EvaluationBackend:
     accelerator: str  # GPU: the job checks the node first; TPU: it takes the `tpu` resource
     on_cpu: EvaluationBackend | None = None  # the row when evaluation.resources.gpus is 0 (None: this one)
     # The compute processes it starts, from the evaluation settings: the job's CPU threads are split over them
-    # before it starts (grpoflow.workflow.job_threads). None: it computes in the job's own process, with its threads.
+    # before it starts (grpoflow.job.job_threads). None: it computes in the job's own process, with its threads.
     worker_processes: Callable[[dict], int] | None = None
 
 
