@@ -1,6 +1,7 @@
 """What Snakemake compares to decide that a finished job must run again, for every shipped config: each rule's raw
-shell template (the ``code`` trigger compares ``rule.shellcmd``), each job's non-derived params as Snakemake
-serializes them (the ``params`` trigger) and its input files (the ``input`` trigger). A change to any of them reruns
+shell template (the ``code`` trigger compares ``rule.shellcmd``), each script rule's script (the same trigger reruns
+jobs whose outputs are older than the script, which an upgrade that changes it makes), each job's non-derived params
+as Snakemake serializes them (the ``params`` trigger) and its input files (the ``input`` trigger). A change to any of them reruns
 the finished jobs of everyone who upgrades grpoflow (snakemake/persistence/__init__.py, ``_code``, ``_params``,
 ``_input``, snakemake 9.27).
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -78,6 +80,9 @@ def identity(configfiles: list[str], workdir: Path) -> dict:
 def _identity_of(workflow, jobs) -> dict:
     persistence = workflow.persistence
     shell = {rule.name: rule.shellcmd for rule in workflow.rules if rule.shellcmd is not None}
+    # A script rule's jobs rerun when their outputs are older than the script (dag.py: outputs_older_than_script_or_
+    # notebook, under the code trigger), and an upgrade that changes a script gives it a new mtime.
+    scripts = {rule.name: _script_digest(rule) for rule in workflow.rules if rule.script is not None}
     record = {}
     for job in jobs:
         wildcards = ",".join(f"{k}={v}" for k, v in sorted(job.wildcards_dict.items()))
@@ -85,7 +90,12 @@ def _identity_of(workflow, jobs) -> dict:
             "params": persistence._params(job),
             "input": persistence._input(job),
         }
-    return {"shell": dict(sorted(shell.items())), "jobs": dict(sorted(record.items()))}
+    return {"shell": dict(sorted(shell.items())), "scripts": scripts, "jobs": dict(sorted(record.items()))}
+
+
+def _script_digest(rule) -> str:
+    path = Path(str(rule.snakefile)).parent / str(rule.script)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _anonymous(text: str, workdir: Path) -> str:
@@ -95,9 +105,9 @@ def _anonymous(text: str, workdir: Path) -> str:
 
 
 def current() -> dict:
-    """{"shell": every rule's raw shell template, "configs": {config: {job: its params and input}}} (the Snakemake
-    API's chatter goes nowhere)."""
-    out = {"shell": {}, "configs": {}}
+    """{"shell": every rule's raw shell template, "scripts": the SHA-256 of every rule's script, "configs": {config:
+    {job: its params and input}}} (the Snakemake API's chatter goes nowhere)."""
+    out = {"shell": {}, "scripts": {}, "configs": {}}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = _scratch_workdir(Path(tmp))
         here = os.getcwd()
@@ -106,6 +116,7 @@ def current() -> dict:
                 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                     one = identity(files, workdir)
                 out["shell"].update(one["shell"])
+                out["scripts"].update(one["scripts"])
                 out["configs"][name] = one["jobs"]
         finally:
             os.chdir(here)

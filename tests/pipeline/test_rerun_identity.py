@@ -1,5 +1,5 @@
 """Nothing a user has finished reruns after an upgrade: what Snakemake's rerun triggers compare (each rule's raw shell
-template, each job's non-derived params and input files; tests/pipeline/rerun_identity.py) is, for every shipped
+template and script, each job's non-derived params and input files; tests/pipeline/rerun_identity.py) is, for every shipped
 config, what tests/pipeline/rerun_identity.json recorded. The DAG is built by Snakemake's API without running a
 job (seconds), in a subprocess: Snakemake's API keeps process-wide state (logging, the working directory)."""
 
@@ -42,7 +42,7 @@ def test_shell_templates_params_and_inputs_are_the_recorded_ones():
     diff = _differences(recorded, json.loads(proc.stdout))
     assert not diff, (
         "what Snakemake compares to decide reruns changed, so upgrading grpoflow reruns these finished jobs "
-        "(a changed shell template reruns every job of its rule):\n"
+        "(a changed shell template or script reruns every job of its rule):\n"
         + "\n".join(diff[:20])
         + (f"\n... and {len(diff) - 20} more" if len(diff) > 20 else "")
         + "\nIf that is unintended, keep the shell lines and params as they were (derive new values in params of "
