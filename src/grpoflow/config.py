@@ -11,11 +11,11 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import yaml
 
-from grpoflow.backends import BACKENDS
+from grpoflow import backends
 from grpoflow.errors import ConfigError
 from grpoflow.schema import (  # the pure parts, re-exported: callers import them from here
     canonical,
@@ -164,9 +164,7 @@ def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> ResolvedRewa
     _check_no_credentials(where, exp)
     _check_merge_step(where, exp)
     _check_term_before_limit(where, exp["resources"])
-    backend_check = _backend_check(exp["backend"])
-    if backend_check:
-        backend_check(name, exp, cfg)
+    backends.get(exp["backend"]).check(name, exp, cfg)  # the backend's own cross-check, through the registry
     up = exp["upload"]
     if up["enabled"] and not up.get("repo_id"):
         raise ConfigError(
@@ -254,27 +252,6 @@ def _resolve_rewards(where: str, exp: dict) -> ResolvedRewards:
     return resolve_reward_set(
         exp["rewards"], max_response_length=exp["grpo"]["max_response_length"], where=f"{where}.rewards"
     )
-
-
-# Backend-specific cross checks (verl batch arithmetic, TRL batch divisibility) register here when their
-# backend package (grpoflow.backends.<name>) is imported; the packages are light (no torch/verl import), so
-# dry-runs stay fast.
-_BACKEND_CHECKS: dict[str, Any] = {}
-
-
-def _backend_check(backend: str):
-    from grpoflow import backends
-
-    backends.get(backend)
-    return _BACKEND_CHECKS.get(backend)
-
-
-def register_backend_check(backend: str):
-    def deco(fn):
-        _BACKEND_CHECKS[backend] = fn
-        return fn
-
-    return deco
 
 
 def _build_models(cfg: WorkflowConfig) -> None:
@@ -426,7 +403,7 @@ def _resolve_experiments(raw: dict) -> dict[str, dict]:
             )
         validate(merged, {"$ref": "#/$defs/experiment"}, fill_defaults=True, where=f"experiments.{name}")
         # Keep only the chosen backend's section: the others' defaults must not change training params.
-        for other in BACKENDS:
+        for other in backends.names():
             if other != merged["backend"]:
                 merged.pop(other, None)
         experiments[name] = merged

@@ -16,9 +16,9 @@ import importlib.util
 import logging
 import sys
 
-from grpoflow.backends import TUNIX as TUNIX_PLANE
-from grpoflow.backends import VLLM_CPU
 from grpoflow.errors import GrpoflowError
+from grpoflow.planes import TUNIX as TUNIX_PLANE
+from grpoflow.planes import VLLM_CPU
 
 log = logging.getLogger("grpoflow.envcheck")
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from grpoflow.backends import BACKENDS
+from grpoflow import backends
 from grpoflow.errors import GrpoflowError
 from grpoflow.io import atomic_dir, atomic_write_json, read_json
 from grpoflow.provenance import compute_environment
@@ -48,7 +48,7 @@ def merge_checkpoint(
     step = int(final if step in ("last", None) else step)
     out = Path(out_dir)
     with atomic_dir(out) as tmp:
-        if backend not in BACKENDS:
+        if backend not in backends.names():
             raise GrpoflowError(f"merge_checkpoint: unknown backend {backend!r}")
         # Each backend's own merge (grpoflow.backends.<name>.merge), imported only here: its trainer's libraries.
         # CHECK_WITH: how the backend's environment can check the result (the Tunix one has no torch).

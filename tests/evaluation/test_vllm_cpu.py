@@ -26,11 +26,11 @@ from grpoflow_testing import (
     vllm_cpu_env,
 )
 
-from grpoflow.backends import CLUSTER, GPU, NO_ACCELERATOR, VLLM_CPU
 from grpoflow.config import resolve_config
 from grpoflow.deployment import evaluation_plane
 from grpoflow.errors import ConfigError
 from grpoflow.evaluation.backends import evaluation_backend, evaluation_row
+from grpoflow.planes import CLUSTER, GPU, NO_ACCELERATOR, VLLM_CPU
 
 
 def _demo(**evaluation) -> dict:

@@ -35,10 +35,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from grpoflow.backends.common import read_rl_rows
 from grpoflow.errors import ConfigError, DataError
 from grpoflow.io import atomic_dir, atomic_write_json
 from grpoflow.provenance import compute_environment
+from grpoflow.training.common import read_rl_rows
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from grpoflow.backends import CLUSTER, GPU, LOCAL, NO_ACCELERATOR, TPU, TUNIX, VLLM_CPU
+from grpoflow.planes import CLUSTER, GPU, LOCAL, NO_ACCELERATOR, TPU, TUNIX, VLLM_CPU
 
 
 @dataclass(frozen=True)

@@ -35,17 +35,17 @@ def load_schema() -> dict:
 def _add_backend_sections(schema: dict) -> None:
     """Each training backend's settings section, written in its own folder (``backends/<name>/schema.yaml``), as
     ``$defs.<name>`` and an experiment's ``<name>:`` property (placed after ``rewards``, where the schema had them),
-    and the ``backend`` enum from the registry: a new backend adds no line here. ``grpoflow.backends`` imports
-    nothing of grpoflow (a backend package is imported only when asked for), so this closes no import circle."""
-    from grpoflow.backends import BACKENDS
-
+    and the ``backend`` enum: the folders that hold a section, in alphabetical order (the registry's,
+    grpoflow.backends.registry, which tests/backends/test_registry.py checks): a new backend adds no line here. Read
+    as files, not through the registry: the backends import this module's helpers, and the registry imports them."""
     folder = resources.files("grpoflow").joinpath("backends")
     props = schema["$defs"]["experiment"]["properties"]
+    names = sorted(p.name for p in folder.iterdir() if p.joinpath("schema.yaml").is_file())
     sections = {}
-    for name in BACKENDS:
+    for name in names:
         schema["$defs"][name] = yaml.safe_load(folder.joinpath(name, "schema.yaml").read_text(encoding="utf-8"))
         sections[name] = {"$ref": f"#/$defs/{name}"}
-    props["backend"]["enum"] = list(BACKENDS)
+    props["backend"]["enum"] = names
     at = list(props).index("rewards") + 1
     items = list(props.items())
     schema["$defs"]["experiment"]["properties"] = dict(items[:at] + list(sections.items()) + items[at:])

@@ -327,8 +327,10 @@ def test_an_import_error_of_the_reward_module_stops_the_command_at_once(monkeypa
     for module in ("commandline", "overrides"):  # imported afresh, as in a new Snakemake process
         monkeypatch.delitem(sys.modules, f"grpoflow.backends.verl.{module}", raising=False)
         monkeypatch.delattr(grpoflow.backends.verl, module, raising=False)
-    monkeypatch.delitem(sys.modules, "grpoflow.backends.verl")  # the backend package too (registry: imported on use)
+    monkeypatch.delitem(sys.modules, "grpoflow.backends.verl")  # the backend package too
     monkeypatch.delattr(grpoflow.backends, "verl")
+    monkeypatch.delitem(sys.modules, "grpoflow.backends.registry", raising=False)  # and its registry line
+    monkeypatch.delattr(grpoflow.backends, "registry", raising=False)
     monkeypatch.delattr(grpoflow.rewards, "verl", raising=False)
     monkeypatch.setitem(sys.modules, "grpoflow.rewards.verl", None)  # any import of it raises ImportError
     with pytest.raises(ImportError, match="grpoflow.rewards.verl"):

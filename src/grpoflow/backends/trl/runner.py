@@ -26,8 +26,6 @@ import shutil
 import time
 from pathlib import Path
 
-from grpoflow.backends import common
-from grpoflow.backends.common import map_metrics, number
 from grpoflow.backends.trl import METRICS
 from grpoflow.backends.trl.ckpt import LIVE_METRICS, is_complete, is_peft_checkpoint, latest_complete, step_dirs
 from grpoflow.discovery import model_path as sft_model_path
@@ -35,6 +33,8 @@ from grpoflow.errors import ConfigError, DataError, GrpoflowError
 from grpoflow.io import exclusive_dir
 from grpoflow.progress import StepProgress
 from grpoflow.rewards.trl import ZNORM_FUNC, build_reward_funcs
+from grpoflow.training import common
+from grpoflow.training.common import map_metrics, number
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ def _callbacks(live_metrics: Path, spec: dict):
             self.health.observe(row)  # logs a line per check that fires; raises HealthStop for health.stop_on
 
     class StopOnSigterm(TrainerCallback):
-        """SIGTERM (grpoflow.backends.common.SigtermStop) ends the run at the next step boundary with a checkpoint."""
+        """SIGTERM (grpoflow.training.common.SigtermStop) ends the run at the next step boundary with a checkpoint."""
 
         def __init__(self):
             self.signal = common.process_sigterm_stop()  # installed at the job's start (grpoflow.backends.trl.train)

@@ -32,13 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-from grpoflow.backends import common
 from grpoflow.backends.tunix import METRICS, REWARD_COMPONENT_PREFIX
 from grpoflow.backends.tunix.ckpt import ACTOR_SUBDIR, LIVE_METRICS, checkpoints, cut_off_saves, latest_complete
 from grpoflow.discovery import model_path as sft_model_path
 from grpoflow.errors import ConfigError, DataError
 from grpoflow.io import exclusive_dir
 from grpoflow.progress import StepProgress
+from grpoflow.training import common
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def prepare_checkpoint_dir(spec: dict, model_path: str) -> int:
 
 def load_prompts(parquet: str, tokenizer, max_prompt_length: int, where: str) -> list[dict]:
     """The train split's rows as ``{"prompt": chat-templated text, "ground_truth": str}`` (prompts longer than
-    ``max_prompt_length`` tokens dropped, as with TRL: grpoflow.backends.common.prompts_within)."""
+    ``max_prompt_length`` tokens dropped, as with TRL: grpoflow.training.common.prompts_within)."""
     kept = common.prompts_within(parquet, tokenizer, max_prompt_length, where)
     return [{"prompt": text, "ground_truth": str(row["reward_model"]["ground_truth"])} for text, row in kept]
 

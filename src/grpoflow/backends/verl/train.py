@@ -40,7 +40,6 @@ from pathlib import Path
 
 from grpoflow import checkpoint_record as ckrec
 from grpoflow import envcheck, gpucheck
-from grpoflow.backends.common import split_wrapped_command, write_marker, write_metrics
 from grpoflow.backends.verl import ckpt as ck
 from grpoflow.backends.verl import metrics as vm
 from grpoflow.backends.verl.memory import at_job_start as memory_estimate
@@ -51,6 +50,7 @@ from grpoflow.progress import StepProgress
 from grpoflow.provenance import provenance
 from grpoflow.schema import saved_steps
 from grpoflow.threads import cpu_affinity, process_threads, snakemake_threads
+from grpoflow.training.common import split_wrapped_command, write_marker, write_metrics
 
 log = logging.getLogger("grpoflow.backends.verl.train")
 

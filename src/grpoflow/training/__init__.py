@@ -1,0 +1,92 @@
+"""What every training backend is built from, below all of them: the ``Backend`` protocol each one's object
+implements (``BACKEND`` in ``grpoflow.backends.<name>``, a line of grpoflow.backends.registry), the run frame every
+trainer shares (``common``: the completion marker, the checkpoint scan, the metrics file, resume, SIGTERM, the entry
+point) and the memory model every fit check is built on (``memory``).
+
+Nothing here knows a backend: a backend imports this package, never ``grpoflow.backends`` (the registry, above
+it) nor ``grpoflow.config`` (which asks it through the registry).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from grpoflow.training.memory import Architecture
+
+
+class ResolvedConfig(Protocol):
+    """What a backend reads of the resolved configuration (grpoflow.config.WorkflowConfig) when it composes its
+    command: named here so that a backend does not import grpoflow.config, which asks it through the registry."""
+
+    experiments: dict[str, dict]
+
+    def experiment(self, name: str) -> dict: ...
+
+    def checkpoint_dir(self, name: str) -> str: ...
+
+    def parquet(self, dataset: str, split: str) -> str: ...
+
+
+class Backend(Protocol):
+    """The interface of a training backend: everything the rest of grpoflow asks of it instead of its name.
+
+    ``name``
+        Its registry name (the config's ``backend:``), the key of its section (``<name>:``, written in its folder's
+        ``schema.yaml``).
+    ``SETTINGS: dict[str, str]``
+        grpoflow config key (``grpo.learning_rate``) -> the trainer's own setting it becomes (``GRPOConfig.learning_rate``),
+        for every ``grpo.*`` key it reads; docs/backends.md's table is generated from these (``python -m
+        grpoflow.backends table``).
+    ``METRICS: dict[str, str]``
+        The trainer's logged metric -> the ``train_metrics.jsonl`` key (grpoflow.training.common.map_metrics).
+    ``MERGE_CHECK: str | None``
+        The grpoflow.envcheck kind a ``merge_checkpoint`` job checks first, in its own interpreter.
+    ``GENERATOR: str | None``
+        The module whose ``generate`` evaluates with this backend's sampler (``evaluation.backend: <name>``), or None.
+    ``command(cfg, experiment, inputs, outputs) -> str``
+        ``train_grpo``'s shell command, composed when Snakemake builds the DAG (a change of it reruns training).
+        ``inputs``: ``train``, ``val`` (optional), ``sft``; ``outputs``: ``marker``, ``metrics``. The command runs
+        ``python -m grpoflow.backends.<name>.train ...``, which writes both outputs (grpoflow.training.common).
+    ``check(name, exp, cfg=None)``
+        The config cross-check, run at config load through the registry (grpoflow.config). Light: no trainer import.
+    ``checkpoints(checkpoint_dir) -> dict[int, Path]``
+        The complete checkpoints of a checkpoint dir by step.
+    ``plane(exp)``, ``accelerator(exp)``
+        Whose interpreter runs its ``train_grpo`` and ``merge_checkpoint`` jobs, and what that job holds
+        (grpoflow.planes).
+    ``environment(exp, rule) -> list[(module, package, why)] | None``
+        What a job of ``rule`` imports in its plane's interpreter, found there at Snakemake's start (grpoflow.preflight).
+    ``summary(name, exp) -> str | None``
+        The line ``snakemake -n`` prints for the experiment (its memory estimate and launch), or None.
+    ``checkpoint_size(exp, arch, rank)``, ``merged_size(exp, arch, rank) -> (bytes, how)``
+        The disk its checkpoint and the merged model take (grpoflow.preflight's disk check).
+
+    Importing a backend's package stays light (no torch, TRL, verl, Ray or JAX): the Snakefile imports it on every
+    dry-run. The trainer is imported by its entry point, in the job.
+    """
+
+    name: str
+    SETTINGS: dict[str, str]
+    METRICS: dict[str, str]
+    MERGE_CHECK: str | None
+    GENERATOR: str | None
+
+    def command(self, cfg: ResolvedConfig, experiment: str, inputs: dict, outputs: dict) -> str: ...
+
+    def check(self, name: str, exp: dict, cfg: ResolvedConfig | None = None) -> None: ...
+
+    def checkpoints(self, checkpoint_dir) -> dict[int, Path]: ...
+
+    def plane(self, exp: dict) -> str: ...
+
+    def accelerator(self, exp: dict) -> str: ...
+
+    def environment(self, exp: dict, rule: str) -> list[tuple[str, str, str]] | None: ...
+
+    def summary(self, name: str, exp: dict) -> str | None: ...
+
+    def checkpoint_size(self, exp: dict, arch: Architecture, rank: int) -> tuple[int, str]: ...
+
+    def merged_size(self, exp: dict, arch: Architecture, rank: int) -> tuple[int, str]: ...
