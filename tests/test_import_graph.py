@@ -2,13 +2,15 @@
 import``, at module level or inside a function; ``importlib`` targets; ``if TYPE_CHECKING:`` imports and the names
 annotations use, for the type level): no import circle.
 
-Kept passing: no circle among the static imports (module level and inside functions). Issue 42's guards, marked
-``xfail(strict=True)`` while today's code fails them (each failure prints the circles, and an edge of each with its
-file and line); the day one passes, strict xfail turns it into a failure: remove its marker then.
+Kept passing (each failure prints the circles, and an edge of each with its file and line):
 
-- no circle once ``importlib`` targets are edges (the registry's table, f-strings over the backends' names);
-- no package depends on itself through others (packages: ``archgraph.package_of``, each backend its own);
-- no circle at the type level (annotations, ``TYPE_CHECKING`` imports, string annotations).
+- no circle among the static imports (module level and inside functions);
+- no circle once ``importlib`` targets are edges (literals, f-strings over the backends' names, registry tables);
+- no package depends on itself through others (packages: ``archgraph.package_of``, each backend its own).
+
+Issue 42's remaining guard, ``xfail(strict=True)`` while the code fails it (the day it passes, strict xfail turns it
+into a failure: remove its marker then): no circle at the type level (annotations, ``TYPE_CHECKING`` imports, string
+annotations).
 """
 
 from __future__ import annotations
@@ -126,15 +128,11 @@ def test_packages_are_folders_and_each_backend_is_its_own():
     assert A.area_of("grpoflow.backends.verl.checks") == "backends"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=ISSUE_42.format("hallway", "importlib closes circles"))
 def test_no_import_circle_through_importlib():
     g = A.graph(A.RUNTIME)
     assert A.circles(g) == [], "import circles through importlib:\n" + describe(g, A.RUNTIME)
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason=ISSUE_42.format("still a loop", "packages that depend on themselves")
-)
 def test_no_package_depends_on_itself_through_others():
     g = A.graph(A.RUNTIME, A.package_of)
     assert A.circles(g) == [], "packages that depend on themselves through others:\n" + describe(

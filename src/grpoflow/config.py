@@ -366,7 +366,7 @@ def resolve_config(raw: dict) -> WorkflowConfig:
     experiments = _resolve_experiments(raw)
     datasets = _resolve_datasets(raw)
     evaluation = _resolve_section(raw, "evaluation")
-    from grpoflow.evaluation.registry import resolve_builtin_benchmarks
+    from grpoflow.schema.benchmarks import resolve_builtin_benchmarks
 
     evaluation = resolve_builtin_benchmarks(evaluation)
     report = _resolve_section(raw, "report")
@@ -412,7 +412,7 @@ def _resolve_experiments(raw: dict) -> dict[str, dict]:
 
 def _resolve_datasets(raw: dict) -> dict[str, dict]:
     """The config's datasets and those its built-in benchmarks need, defaults filled and checked."""
-    from grpoflow.evaluation.registry import builtin_datasets
+    from grpoflow.schema.benchmarks import builtin_datasets
 
     raw_datasets = {**(raw.get("datasets") or {})}
     raw_datasets.update(builtin_datasets(raw.get("evaluation") or {}, raw_datasets))

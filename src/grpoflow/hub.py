@@ -81,7 +81,7 @@ def card_sources(cfg, experiment: str) -> dict:
     """What the model card names beyond the experiment's own settings (from the resolved config ``cfg``): the
     training dataset's Hub repo and revision (or its local name) and prompt, and each benchmark's Hub repo,
     revision, config and split when it comes from the Hub."""
-    from grpoflow.evaluation.registry import hub_source
+    from grpoflow.schema.benchmarks import hub_source
 
     exp = cfg.experiment(experiment)
 
@@ -117,7 +117,7 @@ def card_sources(cfg, experiment: str) -> dict:
 
 
 def _builtin_files(name: str) -> dict | None:
-    from grpoflow.evaluation.registry import BUILTIN
+    from grpoflow.schema.benchmarks import BUILTIN
 
     return BUILTIN[name]["dataset"]["hub"].get("files")
 

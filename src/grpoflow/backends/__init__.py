@@ -40,6 +40,8 @@ INTERFACE = (
     "accelerator",
     "environment",
     "MERGE_CHECK",
+    "merge",
+    "MERGE_CHECKED_WITH",
     "summary",
     "checkpoint_size",
     "merged_size",

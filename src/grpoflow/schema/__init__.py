@@ -1,8 +1,9 @@
 """The configuration's pure parts: the JSON schema (``config.schema.yaml`` beside this file, with the defaults
 of nested objects filled in), validation with one-line messages, merging, the canonical form and its hash, and
-the checkpoint steps a run keeps. Imports nothing of grpoflow but its error type and the built-in benchmarks'
-names (``grpoflow.evaluation.registry``, a leaf), so that every area can check its own part of a config (rewards,
-evaluation, backends) without importing ``grpoflow.config``, which calls them.
+the checkpoint steps a run keeps. Imports nothing of grpoflow but its error type and the built-in benchmarks
+(``grpoflow.schema.benchmarks``, a leaf beside it; each training backend's section is read from its folder), so that
+every area can check its own part of a config (rewards, evaluation, backends) without importing ``grpoflow.config``,
+which calls them.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ def _add_backend_sections(schema: dict) -> None:
 
 def _add_registry_names(schema: dict) -> None:
     """The names a config may give that a registry defines, as the schema's enums: written once, in the registry.
-    ``evaluation.registry`` imports nothing of grpoflow, so this closes no import circle."""
-    from grpoflow.evaluation.registry import BUILTIN
+    ``schema.benchmarks`` (the built-in benchmarks) imports nothing of grpoflow."""
+    from grpoflow.schema.benchmarks import BUILTIN
 
     schema["$defs"]["benchmark"]["properties"]["builtin"]["enum"] = list(BUILTIN)
 

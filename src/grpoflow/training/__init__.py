@@ -45,6 +45,9 @@ class Backend(Protocol):
         The grpoflow.envcheck kind a ``merge_checkpoint`` job checks first, in its own interpreter.
     ``GENERATOR: str | None``
         The module whose ``generate`` evaluates with this backend's sampler (``evaluation.backend: <name>``), or None.
+    ``MERGE_CHECKED_WITH: str``
+        How grpoflow.merge checks a merged model in the merge job's environment: ``transformers`` (loads it) or
+        ``safetensors`` (tensor by tensor against the start's files, where the environment has no torch).
     ``command(cfg, experiment, inputs, outputs) -> str``
         ``train_grpo``'s shell command, composed when Snakemake builds the DAG (a change of it reruns training).
         ``inputs``: ``train``, ``val`` (optional), ``sft``; ``outputs``: ``marker``, ``metrics``. The command runs
@@ -53,6 +56,11 @@ class Backend(Protocol):
         The config cross-check, run at config load through the registry (grpoflow.config). Light: no trainer import.
     ``checkpoints(checkpoint_dir) -> dict[int, Path]``
         The complete checkpoints of a checkpoint dir by step.
+    ``validate(cfg, name) -> dict | None``
+        The experiment checked against the trainer's own config schema (``python -m grpoflow.validate``; needs the
+        trainer installed): the result, with the line printed under ``summary``; None: the backend has no such check.
+    ``merge(checkpoint_dir, step, base, out) -> dict``
+        ``merge_checkpoint``'s conversion of a step into a Hugging Face model dir (grpoflow.merge checks it after).
     ``plane(exp)``, ``accelerator(exp)``
         Whose interpreter runs its ``train_grpo`` and ``merge_checkpoint`` jobs, and what that job holds
         (grpoflow.planes).
@@ -72,12 +80,17 @@ class Backend(Protocol):
     METRICS: dict[str, str]
     MERGE_CHECK: str | None
     GENERATOR: str | None
+    MERGE_CHECKED_WITH: str
 
     def command(self, cfg: ResolvedConfig, experiment: str, inputs: dict, outputs: dict) -> str: ...
 
     def check(self, name: str, exp: dict, cfg: ResolvedConfig | None = None) -> None: ...
 
     def checkpoints(self, checkpoint_dir) -> dict[int, Path]: ...
+
+    def validate(self, cfg: ResolvedConfig, name: str) -> dict | None: ...
+
+    def merge(self, checkpoint_dir: str, step: int, base: str, out: Path) -> dict: ...
 
     def plane(self, exp: dict) -> str: ...
 

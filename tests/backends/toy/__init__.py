@@ -32,6 +32,7 @@ class ToyBackend:
     name = "toy"
     MERGE_CHECK = None
     GENERATOR = "grpoflow.backends.toy.generate"
+    MERGE_CHECKED_WITH = "transformers"
     SETTINGS = {
         "grpo.total_steps": "steps the toy copies the start model for",
         "grpo.seed": "(unused: nothing is drawn)",
@@ -51,9 +52,6 @@ class ToyBackend:
         from grpoflow.backends.toy.merge import merge
 
         return merge(checkpoint_dir, step, base, out)
-
-    def merge_checked_with(self) -> str:
-        return "transformers"
 
     def plane(self, exp: dict) -> str:
         return LOCAL

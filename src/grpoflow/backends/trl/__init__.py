@@ -97,6 +97,7 @@ class TrlBackend:
     name = "trl"
     MERGE_CHECK = None  # the merge job checks nothing first; its modules are found at Snakemake's start (environment)
     GENERATOR = None
+    MERGE_CHECKED_WITH = "transformers"
     SETTINGS = SETTINGS
     METRICS = METRICS
 
@@ -108,6 +109,14 @@ class TrlBackend:
 
     def checkpoints(self, checkpoint_dir) -> dict:
         return checkpoints(checkpoint_dir)
+
+    def merge(self, checkpoint_dir: str, step: int, base: str, out) -> dict:
+        from grpoflow.backends.trl.merge import merge  # its trainer's libraries: only in the merge job
+
+        return merge(checkpoint_dir, step, base, out)
+
+    def validate(self, cfg, name: str) -> None:
+        return None  # no check against the trainer's own config schema beyond ``check``
 
     def plane(self, exp: dict) -> str:
         # TRL on GPUs needs CUDA torch and vLLM: the cluster environment (requirements/cluster.lock). On the CPU with

@@ -78,6 +78,7 @@ class TunixBackend:
     name = "tunix"
     MERGE_CHECK = "merge-tunix"  # Tunix's Qwen3 and Orbax, in the Tunix interpreter
     GENERATOR = None
+    MERGE_CHECKED_WITH = "safetensors"  # the Tunix environment has no torch: tensor by tensor against the start's files
     SETTINGS = SETTINGS
     METRICS = METRICS
 
@@ -89,6 +90,14 @@ class TunixBackend:
 
     def checkpoints(self, checkpoint_dir) -> dict:
         return checkpoints(checkpoint_dir)
+
+    def merge(self, checkpoint_dir: str, step: int, base: str, out) -> dict:
+        from grpoflow.backends.tunix.merge import merge  # its trainer's libraries: only in the merge job
+
+        return merge(checkpoint_dir, step, base, out)
+
+    def validate(self, cfg, name: str) -> None:
+        return None  # no check against the trainer's own config schema beyond ``check``
 
     def plane(self, exp: dict) -> str:
         return TUNIX  # Tunix + JAX: requirements/tunix.lock, whose pins differ from the cluster lock's

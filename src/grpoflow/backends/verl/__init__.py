@@ -6,7 +6,7 @@ Files:
 - ``commandline.py``: ``command`` (``python -m grpoflow.backends.verl.train ... -- python -m verl.trainer.main_ppo
   <overrides>``); ``overrides.py``: an experiment -> verl's Hydra overrides (``SETTINGS`` below);
 - ``checks.py``, ``memory.py``: the config-load checks (batch arithmetic, GPU memory, bf16 master weights);
-  ``validate.py``: the check against verl's own Hydra schema (``python -m grpoflow.backends.verl.validate``);
+  ``validate.py``: the check against verl's own Hydra schema (``python -m grpoflow.validate``);
 - ``train.py``: the job's wrapper around ``main_ppo`` (pre-flight, signals, rotation, marker and metrics);
   ``ckpt.py``: verl's checkpoint dir; ``metrics.py``: verl's per-step file log -> train_metrics.jsonl rows;
 - ``ray_cluster.py``, ``ray_slurm.sh``: the multi-node Ray launcher.
@@ -89,6 +89,7 @@ class VerlBackend:
     name = "verl"
     MERGE_CHECK = "merge-verl"  # verl's model merger, in the cluster interpreter
     GENERATOR = None
+    MERGE_CHECKED_WITH = "transformers"
     SETTINGS = SETTINGS
     METRICS = METRICS
 
@@ -100,6 +101,19 @@ class VerlBackend:
 
     def checkpoints(self, checkpoint_dir) -> dict:
         return checkpoints(checkpoint_dir)
+
+    def merge(self, checkpoint_dir: str, step: int, base: str, out) -> dict:
+        from grpoflow.backends.verl.merge import merge  # its trainer's libraries: only in the merge job
+
+        return merge(checkpoint_dir, step, base, out)
+
+    def validate(self, cfg, name: str) -> dict:
+        """The experiment against verl's own Hydra schema and validate_config (grpoflow.backends.verl.validate;
+        needs verl installed): its result, with the line ``python -m grpoflow.validate`` prints."""
+        from grpoflow.backends.verl.validate import summary, validate_experiment
+
+        result = validate_experiment(cfg, name)
+        return {**result, "summary": summary(result)}
 
     def plane(self, exp: dict) -> str:
         return CLUSTER  # verl + vLLM (+ TransferQueue, flash-attn): requirements/cluster.lock

@@ -4,7 +4,7 @@ Pure arithmetic over the resolved config, no verl import (milliseconds). They ca
 verl would only report on the cluster: its own ``validate_config`` rules (batch × n divisible by the GPUs,
 mini-batch ≤ batch), the asserts its workers hit at the first update (mini-batch split over data-parallel
 ranks, micro-batches), vLLM's tensor-parallel layout, and extra overrides that fight grpoflow's own keys.
-The full check, against verl's real Hydra schema, is ``python -m grpoflow.backends.verl.validate``.
+The full check, against verl's real Hydra schema, is ``python -m grpoflow.validate``.
 """
 
 from __future__ import annotations
