@@ -140,17 +140,15 @@ def evaluation_tpu():
     return 1 if _evaluation_row(CFG.evaluation).accelerator == _planes.TPU else 0
 
 
-# The TPU a job was declared for, exported as GRPOFLOW_TUNIX_TPU: the job stops at its start when JAX runs on
-# something else (grpoflow.backends.tunix.device). Params of input/output: declaring a TPU reruns nothing.
-from grpoflow.backends.tunix import device as _tunix_device
-
-
+# The device a job was declared for (its backend's answer: a Tunix experiment's tunix.tpu), exported as
+# GRPOFLOW_TUNIX_TPU: the job stops at its start when JAX runs on something else. Params of input/output: declaring
+# one reruns nothing.
 def train_declared_tpu(wildcards, input, output):
-    return _tunix_device.experiment_tpu(exp(wildcards))
+    return _backends.declared_device(exp(wildcards))
 
 
 def evaluation_declared_tpu(wildcards, input, output):
-    return _tunix_device.evaluation_tpu(CFG.evaluation, CFG.experiments)
+    return _backends.evaluation_device(CFG.evaluation, CFG.experiments)
 
 
 # ---- data ---------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ The rules, each finding one ``Finding``:
 - ``key``: a string naming a backend's own setting (``trl.vllm``, a key of its ``schema.yaml``), a verl Hydra
   root (``actor_rollout_ref``), or an environment variable or constant spelled with its name (``GRPOFLOW_TUNIX_TPU``);
 - ``definition``: a function, class, constant, parameter or module named after a backend (``check_trl_gpu``,
-  ``rewards/verl.py``, ``envcheck.VERL``);
+  ``backends/verl/rewards.py``, ``envcheck.VERL``);
 - ``registers itself``: a backend module that registers a function into a table outside its folder when it is
   imported (``@register_backend_check``): the registry must list, not be filled by side effects;
 - ``schema``: a key or text of the shared schema that names a backend.

@@ -203,7 +203,7 @@ WALKS: dict[str, list[Hop]] = {
             "grpoflow.backends.trl.runner",
         ),
         Hop(
-            "src/grpoflow/rewards/trl.py",
+            "src/grpoflow/backends/trl/rewards.py",
             r"rset = RewardSet\(rewards_cfg, max_response_length=max_response_length\)",
             "rewards' TRL adapter",
             "call",

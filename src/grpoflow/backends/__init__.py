@@ -19,6 +19,8 @@ __all__ = [
     "INTERFACE",
     "Backend",
     "attempt_runtime",
+    "declared_device",
+    "evaluation_device",
     "get",
     "names",
     "of",
@@ -43,6 +45,7 @@ INTERFACE = (
     "merge",
     "MERGE_CHECKED_WITH",
     "summary",
+    "declared_device",
     "checkpoint_size",
     "merged_size",
 )
@@ -70,6 +73,23 @@ def get(name: str) -> Backend:
 def of(exp: dict) -> Backend:
     """The Backend object of a resolved experiment."""
     return get(exp["backend"])
+
+
+def declared_device(exp: dict) -> str:
+    """The accelerator an experiment's jobs were declared for, which the job checks it runs on ("" for none): its
+    backend's answer (a Tunix experiment's ``tunix.tpu``)."""
+    return of(exp).declared_device(exp)
+
+
+def evaluation_device(evaluation: dict, experiments: dict) -> str:
+    """The accelerator the evaluate jobs were declared for ("" for none): when ``evaluation.backend`` is a training
+    backend's generator, the device that backend's experiments declare (the evaluation section has none of its own:
+    it shares training's); "" for the other evaluation backends."""
+    name = evaluation.get("backend")
+    if name not in _table():
+        return ""
+    declared = sorted({declared_device(e) for e in experiments.values() if e["backend"] == name} - {""})
+    return declared[0] if declared else ""
 
 
 def training_command(cfg, experiment: str, inputs: dict, outputs: dict) -> str:

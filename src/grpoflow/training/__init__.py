@@ -68,6 +68,9 @@ class Backend(Protocol):
         What a job of ``rule`` imports in its plane's interpreter, found there at Snakemake's start (grpoflow.preflight).
     ``summary(name, exp) -> str | None``
         The line ``snakemake -n`` prints for the experiment (its memory estimate and launch), or None.
+    ``declared_device(exp) -> str``
+        The accelerator the experiment's jobs were declared for, which each job checks it runs on at its start
+        (exported by the rules as ``GRPOFLOW_TUNIX_TPU``); "" for none.
     ``checkpoint_size(exp, arch, rank)``, ``merged_size(exp, arch, rank) -> (bytes, how)``
         The disk its checkpoint and the merged model take (grpoflow.preflight's disk check).
 
@@ -99,6 +102,8 @@ class Backend(Protocol):
     def environment(self, exp: dict, rule: str) -> list[tuple[str, str, str]] | None: ...
 
     def summary(self, name: str, exp: dict) -> str | None: ...
+
+    def declared_device(self, exp: dict) -> str: ...
 
     def checkpoint_size(self, exp: dict, arch: Architecture, rank: int) -> tuple[int, str]: ...
 

@@ -65,6 +65,9 @@ class ToyBackend:
     def summary(self, name: str, exp: dict) -> None:
         return None
 
+    def declared_device(self, exp: dict) -> str:
+        return ""
+
     def checkpoint_size(self, exp: dict, arch, rank: int) -> tuple[int, str]:
         return arch.params * HUB_WEIGHT_BYTES, "the start model, copied"
 

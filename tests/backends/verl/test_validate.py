@@ -27,8 +27,8 @@ def test_shipped_config_validates_against_verl(path):
     assert results and all(r["overrides"] > 50 for r in results)
     for r in results:
         assert r["reward_function"] in (
-            "pkg://grpoflow.rewards.verl:compute_score",
-            f"{REPO}/src/grpoflow/rewards/verl.py:compute_score",
+            "pkg://grpoflow.backends.verl.rewards:compute_score",
+            f"{REPO}/src/grpoflow/backends/verl/rewards.py:compute_score",
         )
         assert r["adv_estimator"] in ("grpo", "grpoflow")
     assert time.perf_counter() - started < 60

@@ -149,6 +149,9 @@ class TrlBackend:
         CPU."""
         return None if exp["trl"]["use_cpu"] else _gpu_summary(name, exp)
 
+    def declared_device(self, exp: dict) -> str:
+        return ""  # nothing declared: the job checks no device
+
     def checkpoint_size(self, exp: dict, arch, rank: int) -> tuple[int, str]:
         """HF Trainer's ``checkpoint-N/``: the model's weights (with LoRA the adapter, float32 in PEFT; the frozen
         base is not saved) and ``optimizer.pt`` (AdamW's two moments), in ``trl.param_dtype`` (auto: float32)."""

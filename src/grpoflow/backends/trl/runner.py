@@ -28,11 +28,11 @@ from pathlib import Path
 
 from grpoflow.backends.trl import METRICS
 from grpoflow.backends.trl.ckpt import LIVE_METRICS, is_complete, is_peft_checkpoint, latest_complete, step_dirs
+from grpoflow.backends.trl.rewards import ZNORM_FUNC, build_reward_funcs
 from grpoflow.discovery import model_path as sft_model_path
 from grpoflow.errors import ConfigError, DataError, GrpoflowError
 from grpoflow.io import exclusive_dir
 from grpoflow.progress import StepProgress
-from grpoflow.rewards.trl import ZNORM_FUNC, build_reward_funcs
 from grpoflow.training import common
 from grpoflow.training.common import map_metrics, number
 

@@ -53,7 +53,7 @@ SETTINGS: dict[str, str] = {
 }
 
 # Tunix's logged scalar (``<prefix>/train/<name>``) -> train_metrics.jsonl key. ``grpoflow/...`` are the metrics
-# grpoflow.rewards.tunix computes; reward/<func> keys pass through.
+# grpoflow.backends.tunix.rewards computes; reward/<func> keys pass through.
 METRICS = {
     "grpoflow/train/reward": "reward",
     "grpoflow/train/reward_std": "reward_std",
@@ -116,6 +116,13 @@ class TunixBackend:
         from grpoflow.backends.tunix.memory import summary as memory_summary
 
         return memory_summary(name, exp) if exp["tunix"]["tpu"] else None
+
+    def declared_device(self, exp: dict) -> str:
+        """The declared ``tunix.tpu`` ("" for none), which the train_grpo and evaluate jobs check JAX runs on
+        (grpoflow.backends.tunix.device)."""
+        from grpoflow.backends.tunix.device import experiment_tpu
+
+        return experiment_tpu(exp)
 
     def checkpoint_size(self, exp: dict, arch, rank: int) -> tuple[int, str]:
         """Tunix's CheckpointManager (``tunix/sft/checkpoint_manager.py``) writes Orbax items ``model_params``

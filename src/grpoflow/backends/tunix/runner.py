@@ -10,7 +10,7 @@ What it does, in order (``run_training``):
    frozen reference when ``grpo.kl_coef > 0``; with ``grpo.lora``, qwix adapters on the start model are the actor
    and the start model itself is the reference;
 3. builds Tunix's ``RLCluster`` (one mesh for actor, reference and rollout; vanilla or vLLM rollout) and
-   ``GRPOLearner`` with the one reward function of grpoflow's registry (grpoflow.rewards.tunix);
+   ``GRPOLearner`` with the one reward function of grpoflow's registry (grpoflow.backends.tunix.rewards);
 4. trains to ``grpo.total_steps``. Tunix's ``PeftTrainer`` restores the newest Orbax checkpoint under
    ``<checkpoint_dir>/actor/`` by itself (weights and optimizer state) and fast-forwards the data iterator, which
    is deterministic (``grpo.seed``), so a resumed run sees the prompts it would have seen;
@@ -379,7 +379,7 @@ def _learner(spec: dict, cluster, tokenizer):
     """Tunix's GRPO learner on ``cluster`` with grpoflow's rewards (one batch-scored reward + its metrics)."""
     from tunix.rl.grpo import grpo_learner
 
-    from grpoflow.rewards.tunix import build_reward_fns
+    from grpoflow.backends.tunix.rewards import build_reward_fns
 
     grpo, tunix = spec["grpo"], spec["tunix"]
     reward_fns, metric_fn = build_reward_fns(

@@ -136,6 +136,9 @@ class VerlBackend:
 
         return memory_summary(name, exp)
 
+    def declared_device(self, exp: dict) -> str:
+        return ""  # nothing declared: the job checks no device
+
     def checkpoint_size(self, exp: dict, arch, rank: int) -> tuple[int, str]:
         """``checkpoint.save_contents`` [model, optimizer, extra]: every parameter in ``verl.model_dtype`` (with
         LoRA the base as well as the adapters) and AdamW's two moments of every trained one, in the same dtype."""
