@@ -27,7 +27,7 @@ import yaml
 
 from grpoflow.config import is_credential_name
 from grpoflow.errors import GrpoflowError
-from grpoflow.evaluation.generation import first_line
+from grpoflow.generation import first_line
 from grpoflow.hubid import HUB_ID
 from grpoflow.io import atomic_write_json, read_json, sha256_file
 

@@ -13,9 +13,9 @@ from grpoflow_testing import REPO, SHIPPED_CONFIGS, load_shipped, load_yaml
 from grpoflow.config import resolve_config
 from grpoflow.errors import ConfigError
 from grpoflow.evaluation.benchmarks import benchmark_source
-from grpoflow.evaluation.generation import ModelSource
 from grpoflow.evaluation.settings import PRESETS, BenchmarkRun, evaluation_settings, resolve_benchmark
 from grpoflow.evaluation.vllm_backend import engine_kwargs
+from grpoflow.generation import ModelSource
 from grpoflow.rewards import RewardSet
 from grpoflow.rewards.combine import needs_group_terms
 from grpoflow.rewards.registry import ResolvedRewards

@@ -47,6 +47,9 @@ def _add_backend_sections(schema: dict) -> None:
         schema["$defs"][name] = yaml.safe_load(folder.joinpath(name, "schema.yaml").read_text(encoding="utf-8"))
         sections[name] = {"$ref": f"#/$defs/{name}"}
     props["backend"]["enum"] = names
+    # A training backend with a generator (its folder's generate.py) is an evaluation backend of its name too.
+    evaluation = schema["$defs"]["evaluation"]["properties"]["backend"]
+    evaluation["enum"] = evaluation["enum"] + [n for n in names if folder.joinpath(n, "generate.py").is_file()]
     at = list(props).index("rewards") + 1
     items = list(props.items())
     schema["$defs"]["experiment"]["properties"] = dict(items[:at] + list(sections.items()) + items[at:])

@@ -9,11 +9,24 @@ it) nor ``grpoflow.config`` (which asks it through the registry).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from grpoflow.training.memory import Architecture
+
+
+@dataclass(frozen=True)
+class Generator:
+    """A training backend's generator, the evaluation backend of its name (grpoflow.evaluation.backends): the module
+    whose ``generate`` evaluates with the backend's sampler, the plane its evaluate jobs run in, the grpoflow.envcheck
+    kind they check first (None: nothing) and what they hold (grpoflow.planes)."""
+
+    module: str
+    plane: str
+    check: str | None
+    accelerator: str
 
 
 class ResolvedConfig(Protocol):
@@ -43,8 +56,9 @@ class Backend(Protocol):
         The trainer's logged metric -> the ``train_metrics.jsonl`` key (grpoflow.training.common.map_metrics).
     ``MERGE_CHECK: str | None``
         The grpoflow.envcheck kind a ``merge_checkpoint`` job checks first, in its own interpreter.
-    ``GENERATOR: str | None``
-        The module whose ``generate`` evaluates with this backend's sampler (``evaluation.backend: <name>``), or None.
+    ``GENERATOR: Generator | None``
+        Its generator (``evaluation.backend: <name>``: the module whose ``generate`` evaluates with its sampler,
+        written as its folder's ``generate.py``, which the schema's ``evaluation.backend`` enum reads), or None.
     ``MERGE_CHECKED_WITH: str``
         How grpoflow.merge checks a merged model in the merge job's environment: ``transformers`` (loads it) or
         ``safetensors`` (tensor by tensor against the start's files, where the environment has no torch).
@@ -82,7 +96,7 @@ class Backend(Protocol):
     SETTINGS: dict[str, str]
     METRICS: dict[str, str]
     MERGE_CHECK: str | None
-    GENERATOR: str | None
+    GENERATOR: Generator | None
     MERGE_CHECKED_WITH: str
 
     def command(self, cfg: ResolvedConfig, experiment: str, inputs: dict, outputs: dict) -> str: ...

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from grpoflow.backends.toy.commandline import check_toy_experiment, command
 from grpoflow.planes import LOCAL, NO_ACCELERATOR
-from grpoflow.training import common
+from grpoflow.training import Generator, common
 from grpoflow.training.memory import HUB_WEIGHT_BYTES
 
 CHECKPOINT_DIR = re.compile(r"^step-(\d+)$")
@@ -31,7 +31,7 @@ class ToyBackend:
 
     name = "toy"
     MERGE_CHECK = None
-    GENERATOR = "grpoflow.backends.toy.generate"
+    GENERATOR = Generator("grpoflow.backends.toy.generate", LOCAL, None, NO_ACCELERATOR)
     MERGE_CHECKED_WITH = "transformers"
     SETTINGS = {
         "grpo.total_steps": "steps the toy copies the start model for",

@@ -279,11 +279,11 @@ def grpo_config(spec: dict, reward_kwargs: dict):
 
 
 def stop_kwargs(spec: dict, tokenizer, model_path: str) -> dict:
-    """Rollouts stop on the tokens evaluation stops on (grpoflow.evaluation.generation.stop_token_ids: the
+    """Rollouts stop on the tokens evaluation stops on (grpoflow.generation.stop_token_ids: the
     tokenizer's EOS, the model's generation_config EOS, ChatML's <|im_end|>/<|endoftext|>). TRL alone stops on the
     first two only, so a base model whose generation config lists only <|endoftext|> (Qwen2.5-Math) would run on
     past the chat template's end of turn. HF generate takes them as eos_token_id, vLLM as stop_token_ids."""
-    from grpoflow.evaluation.generation import ModelSource, stop_token_ids
+    from grpoflow.generation import ModelSource, stop_token_ids
 
     ids = stop_token_ids(tokenizer, ModelSource(name="start", kind="sft", path=model_path))
     return {"stop_token_ids": ids} if spec["trl"]["vllm"]["mode"] != "none" else {"eos_token_id": ids}

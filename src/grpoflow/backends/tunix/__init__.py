@@ -10,6 +10,7 @@ Files:
 - ``ckpt.py``: the checkpoint dir (Tunix's Orbax checkpoints ``actor/<step>``);
 - ``qwen3.py``: Hugging Face Qwen3 checkpoints <-> Tunix's Qwen3 (load; export to an HF model dir);
 - ``merge.py``: ``merge_checkpoint`` for this backend (an Orbax step -> an HF model dir);
+- ``generate.py``: its generator for ``evaluation.backend: tunix`` (Tunix's sampler);
 - ``memory.py``: the HBM estimate per chip for a declared ``tunix.tpu`` (config load, ``snakemake -n``).
 
 Importing this package stays free of JAX/Tunix: the Snakefile imports it on every dry-run, in the environment that
@@ -22,6 +23,7 @@ from grpoflow import envcheck
 from grpoflow.backends.tunix.ckpt import checkpoints
 from grpoflow.backends.tunix.commandline import check_tunix_experiment, command
 from grpoflow.planes import TPU, TUNIX
+from grpoflow.training import Generator
 from grpoflow.training.memory import DTYPE_BYTES, HUB_WEIGHT_BYTES
 
 # grpoflow key -> what it sets in Tunix (runner.train: tunix.rl.rl_cluster RLTrainingConfig / RolloutConfig,
@@ -77,7 +79,8 @@ class TunixBackend:
 
     name = "tunix"
     MERGE_CHECK = "merge-tunix"  # Tunix's Qwen3 and Orbax, in the Tunix interpreter
-    GENERATOR = None
+    # Tunix's own sampler, in the Tunix environment; it holds the TPU (one job at a time with training).
+    GENERATOR = Generator("grpoflow.backends.tunix.generate", TUNIX, "eval-tunix", TPU)
     MERGE_CHECKED_WITH = "safetensors"  # the Tunix environment has no torch: tensor by tensor against the start's files
     SETTINGS = SETTINGS
     METRICS = METRICS
