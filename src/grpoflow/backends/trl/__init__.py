@@ -12,6 +12,7 @@ Files:
 from __future__ import annotations
 
 from grpoflow import envcheck
+from grpoflow.backends.trl import gpu_env
 from grpoflow.backends.trl.ckpt import checkpoints
 from grpoflow.backends.trl.commandline import check_trl_experiment, command, vllm_mode
 from grpoflow.backends.trl.commandline import summary as _gpu_summary
@@ -130,7 +131,7 @@ class TrlBackend:
 
     def environment(self, exp: dict, rule: str) -> list[tuple[str, str, str]] | None:
         """Nothing on the CPU without vLLM (the local plane); on GPUs torch (whose CUDA build the job reads at its
-        start: envcheck.require_trl_gpu), TRL, vLLM unless ``trl.vllm.mode: none``, PEFT with LoRA; on the CPU with
+        start: gpu_env.require_gpu_environment), TRL, vLLM unless ``trl.vllm.mode: none``, PEFT with LoRA; on the CPU with
         vLLM torch, TRL and vLLM (+ PEFT); the merge torch (+ PEFT)."""
         if self.plane(exp) == LOCAL:
             return None
@@ -139,10 +140,10 @@ class TrlBackend:
             return [(*envcheck.TORCH, "the merge")] + ([(*envcheck.PEFT, "grpo.lora")] if lora else [])
         if exp["trl"]["use_cpu"]:
             why = f"trl.vllm.mode {vllm_mode(exp)} on the CPU"
-            return [(*envcheck.TORCH, why), (*envcheck.TRL, why), (*envcheck.VLLM_CPU_BUILD, why)] + (
+            return [(*envcheck.TORCH, why), (*gpu_env.TRL, why), (*envcheck.VLLM_CPU_BUILD, why)] + (
                 [(*envcheck.PEFT, "grpo.lora")] if lora else []
             )
-        return [(*envcheck.TORCH, "trl.use_cpu false")] + envcheck.trl_gpu_needs(vllm_mode(exp), lora)
+        return [(*envcheck.TORCH, "trl.use_cpu false")] + gpu_env.gpu_needs(vllm_mode(exp), lora)
 
     def summary(self, name: str, exp: dict) -> str | None:
         """On GPUs the launch and the GPU-memory estimate (grpoflow.backends.trl.commandline.summary); none on the

