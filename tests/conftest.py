@@ -225,3 +225,33 @@ def verl_lora_checkpoint(tmp_path_factory, worker_id, tiny_base) -> Path:
         return str(_mergekit().write_checkpoints(tiny_base, {2: root / "checkpoints"}, lora=True)[2])
 
     return Path(shared_once(tmp_path_factory, worker_id, "verl_lora", build))
+
+
+# ---- where the suite's CPU goes (benchmarks/suite_cpu.py) ------------------------------------------------------------
+# The suite's wall time on 2 cores is bounded by its CPU seconds, not by any one test's wall time (most SLURM tests
+# wait). With GRPOFLOW_TEST_CPU_LOG=<file>, each test's CPU seconds (this worker's and every subprocess it waited
+# for, setup and teardown included: a module fixture counts for its first test) are appended to <file>.
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    log = os.environ.get("GRPOFLOW_TEST_CPU_LOG")
+    if not log:
+        yield
+        return
+    import resource
+    import time
+
+    def cpu() -> float:
+        own, waited = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + waited.ru_utime + waited.ru_stime
+
+    cpu0, wall0 = cpu(), time.monotonic()
+    yield
+    with open(log, "a") as f:
+        f.write(
+            json.dumps(
+                {"test": item.nodeid, "cpu_s": round(cpu() - cpu0, 2), "wall_s": round(time.monotonic() - wall0, 2)}
+            )
+            + "\n"
+        )
