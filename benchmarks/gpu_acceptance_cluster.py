@@ -132,7 +132,7 @@ def plan_lines(lock: dict[str, str]) -> list[str]:
 
 def vllm_architecture() -> dict:
     """Qwen3-0.6B's widths with the demo tokenizer's vocabulary (the model prep saves as VLLM_MODEL)."""
-    from grpoflow.backends.memory import PRESETS
+    from grpoflow.training.memory import PRESETS
 
     a = PRESETS["qwen3-0.6b"]
     arch = {f.name: getattr(a, f.name) for f in dataclasses.fields(a) if f.name != "name"}
@@ -407,7 +407,7 @@ def server_mode_supported(kit, work: Path, gpu_gb: float):
 
 def gpu_memory_gb() -> float:
     """The first GPU's memory as sold (GB), as grpoflow.backends.verl.memory.at_job_start reads it."""
-    from grpoflow.backends.memory import CARD_GIB_PER_GB
+    from grpoflow.training.memory import CARD_GIB_PER_GB
 
     try:
         out = subprocess.run(

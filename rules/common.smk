@@ -111,6 +111,7 @@ if "tpu" not in workflow.global_resources:
     workflow.register_resource("tpu", 1)
 
 from grpoflow import backends as _backends
+from grpoflow import planes as _planes
 from grpoflow.evaluation.backends import evaluation_row as _evaluation_row
 
 # GPU jobs on this machine take turns likewise (grpoflow.local_gpus): when Snakemake runs the jobs itself, `gpu` is a
@@ -132,24 +133,22 @@ if _GPU_LIMIT and asks_for_gpus():
 
 def experiment_tpu(wildcards):
     e = exp(wildcards)
-    return 1 if _backends.of(e).accelerator(e) == _backends.TPU else 0
+    return 1 if _backends.of(e).accelerator(e) == _planes.TPU else 0
 
 
 def evaluation_tpu():
-    return 1 if _evaluation_row(CFG.evaluation).accelerator == _backends.TPU else 0
+    return 1 if _evaluation_row(CFG.evaluation).accelerator == _planes.TPU else 0
 
 
-# The TPU a job was declared for, exported as GRPOFLOW_TUNIX_TPU: the job stops at its start when JAX runs on
-# something else (grpoflow.backends.tunix.device). Params of input/output: declaring a TPU reruns nothing.
-from grpoflow.backends.tunix import device as _tunix_device
-
-
+# The device a job was declared for (its backend's answer: a Tunix experiment's tunix.tpu), exported as
+# GRPOFLOW_TUNIX_TPU: the job stops at its start when JAX runs on something else. Params of input/output: declaring
+# one reruns nothing.
 def train_declared_tpu(wildcards, input, output):
-    return _tunix_device.experiment_tpu(exp(wildcards))
+    return _backends.declared_device(exp(wildcards))
 
 
 def evaluation_declared_tpu(wildcards, input, output):
-    return _tunix_device.evaluation_tpu(CFG.evaluation, CFG.experiments)
+    return _backends.evaluation_device(CFG.evaluation, CFG.experiments)
 
 
 # ---- data ---------------------------------------------------------------------------------------------------

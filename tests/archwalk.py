@@ -90,14 +90,21 @@ def _spec_to_runner() -> list[Hop]:
             "call",
         ),
         Hop(
+            "src/grpoflow/backends/trl/__init__.py",
+            r"return command\(cfg, experiment, inputs, outputs\)",
+            "TRL's Backend object (the registry's trl line) composes the command",
+            "call",
+            "grpoflow.backends.registry",
+        ),
+        Hop(
             "src/grpoflow/backends/trl/commandline.py",
             r"spec = training_spec\(cfg, experiment, inputs, outputs\)",
-            "TRL's command (package imported by name)",
-            "importlib",
+            "TRL's command",
+            "call",
         ),
-        Hop("src/grpoflow/backends/common.py", r'"grpo": exp\["grpo"\],', "the training spec: a dict", "call"),
+        Hop("src/grpoflow/training/common.py", r'"grpo": exp\["grpo"\],', "the training spec: a dict", "call"),
         Hop(
-            "src/grpoflow/backends/common.py",
+            "src/grpoflow/training/common.py",
             r"--spec \{shlex\.quote\(json\.dumps\(spec",
             "the spec as JSON text in the shell command",
             "json",
@@ -105,27 +112,22 @@ def _spec_to_runner() -> list[Hop]:
         Hop("rules/train.smk", r"\{params\.command\} > \{log\} 2>&1", "the rule's shell command", "return"),
         Hop(
             "src/grpoflow/backends/trl/train.py",
-            r'spec = read_spec\("trl", argv\)',
+            r'code = train_main\("trl", ENTRY, argv, run_training, env_check\)',
             "`python -m grpoflow.backends.trl.train --spec JSON` in the job",
             "process",
         ),
         Hop(
-            "src/grpoflow/backends/common.py",
-            r"return json\.loads\(args\.spec\)",
+            "src/grpoflow/training/common.py",
+            r"spec = json\.loads\(args\.spec\)",
             "parse_args, json.loads: a dict again",
             "argparse",
         ),
         Hop(
-            "src/grpoflow/backends/trl/train.py",
-            r"guarded\(train, spec, ",
-            "back in the backend's entry point: its job, under guarded",
-            "return",
-        ),
-        Hop(
             "src/grpoflow/backends/trl/runner.py",
             r"^def run_training\(spec",
-            "the runner, which train.py imports itself",
+            "the runner (the entry point hands train_main its run_training, which calls it)",
             "call",
+            "grpoflow.backends.trl.train",
         ),
     ]
 
@@ -146,11 +148,17 @@ WALKS: dict[str, list[Hop]] = {
             "src/grpoflow/plan.py", r"grpo = GrpoSettings\.from_dict\(exp\[\"grpo\"\]\)", "typed: GrpoSettings", "call"
         ),
         Hop(
+            "src/grpoflow/backends/trl/__init__.py",
+            r"check_trl_experiment\(name, exp, cfg\)",
+            "TRL's Backend object (the registry's trl line) checks it: config asks backends.get(...).check",
+            "call",
+            "grpoflow.backends.registry",
+        ),
+        Hop(
             "src/grpoflow/backends/trl/commandline.py",
             r"grpo\.learning_rate = \{exp\['grpo'\]\['learning_rate'\]",
-            "TRL's config check (found through config._BACKEND_CHECKS, filled by backends.get's import)",
-            "registered",
-            "grpoflow.config",
+            "TRL's config check",
+            "call",
         ),
         *_spec_to_runner(),
         Hop(
@@ -228,9 +236,9 @@ WALKS: dict[str, list[Hop]] = {
             "return",
         ),
         Hop(
-            "src/grpoflow/rewards/trl.py",
+            "src/grpoflow/backends/trl/rewards.py",
             r"rset = RewardSet\(rewards_cfg, max_response_length=max_response_length\)",
-            "rewards' TRL adapter: RewardSet takes the resolved set as it is",
+            "the TRL reward adapter: RewardSet takes the resolved set as it is",
             "call",
         ),
     ],

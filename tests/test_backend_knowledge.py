@@ -25,7 +25,7 @@ def violations() -> list[K.Finding]:
     raises=AssertionError,
     reason="issue 42: backends are known outside their folders (rules/common.smk imports backends.tunix.device, "
     "GRPOFLOW_TUNIX_TPU in train.smk, envcheck's verl and TRL checks, rewards/'s trainer adapters, "
-    "evaluation/tunix_backend.py, @register_backend_check, ...): the failure lists every place",
+    "backends/tunix/generate.py, @register_backend_check, ...): the failure lists every place",
 )
 def test_no_backend_is_known_outside_its_folder():
     found = violations()

@@ -78,7 +78,7 @@ BAD = [
     (
         ("experiments", "tiny-arith-seed1", "backend"),
         "deepspeed",
-        ["experiments.tiny-arith-seed1.backend", "'deepspeed'", "trl, verl"],
+        ["experiments.tiny-arith-seed1.backend", "'deepspeed'", "trl, tunix, verl"],
     ),
     (("datasets", "arith", "format"), "xml", ["datasets.arith.format", "gsm8k, boxed, plain"]),
     (

@@ -11,6 +11,7 @@ import pytest
 from grpoflow_testing import REPO, make_workdir, snakemake
 
 from grpoflow import envcheck
+from grpoflow.backends.verl.environment import training_needs
 from grpoflow.deployment import CLUSTER, LOCAL, TUNIX, VLLM_CPU, JobEnv, job_envs
 from grpoflow.errors import GrpoflowError
 
@@ -68,7 +69,7 @@ def test_every_python_call_of_a_command_gets_the_interpreter_and_nothing_else():
 
 
 def test_train_check_follows_the_trainers_overrides():
-    names = lambda ov: [m for m, _, _ in envcheck.train_verl_needs(ov)]  # noqa: E731
+    names = lambda ov: [m for m, _, _ in training_needs(ov)]  # noqa: E731
     assert names({}) == ["verl", "transfer_queue", "vllm", "flash_attn"]
     assert names(
         {"trainer.use_v1": "false", "actor_rollout_ref.model.override_config.attn_implementation": "sdpa"}

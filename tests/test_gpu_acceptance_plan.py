@@ -230,7 +230,7 @@ def test_dry_composes_the_verl_part_as_the_train_grpo_rule_does_and_verl_accepts
     overrides = dict(a.split("=", 1) for a in argv[3:] if "=" in a)
     assert overrides["trainer.total_training_steps"] == "2" and overrides["trainer.n_gpus_per_node"] == "1"
     assert overrides["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "1"
-    assert overrides["reward.custom_reward_function.path"] == "pkg://grpoflow.rewards.verl"
+    assert overrides["reward.custom_reward_function.path"] == "pkg://grpoflow.backends.verl.rewards"
     assert overrides["actor_rollout_ref.model.path"].endswith("sft-v512.json)")
     assert len(set(r["threads"].values())) == 1, "Snakemake's six thread variables, equal"
     merge = shlex.split(r["merge"])

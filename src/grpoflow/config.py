@@ -11,11 +11,11 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import yaml
 
-from grpoflow.backends import BACKENDS
+from grpoflow import backends
 from grpoflow.errors import ConfigError
 from grpoflow.plan import ExperimentPlan
 from grpoflow.schema import (  # the pure parts, re-exported: callers import them from here
@@ -181,9 +181,7 @@ def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> ExperimentPl
     _check_no_credentials(where, exp)
     _check_merge_step(where, exp)
     _check_term_before_limit(where, exp["resources"])
-    backend_check = _backend_check(exp["backend"])
-    if backend_check:
-        backend_check(name, exp, cfg)
+    backends.get(exp["backend"]).check(name, exp, cfg)  # the backend's own cross-check, through the registry
     up = exp["upload"]
     if up["enabled"] and not up.get("repo_id"):
         raise ConfigError(
@@ -269,27 +267,6 @@ def _resolve_plan(name: str, exp: dict) -> ExperimentPlan:
             "config error: grpoflow.rewards cannot be imported to check the reward config: reinstall the package (pip install -e .)"
         )
     return ExperimentPlan.resolve(name, exp)
-
-
-# Backend-specific cross checks (verl batch arithmetic, TRL batch divisibility) register here when their
-# backend package (grpoflow.backends.<name>) is imported; the packages are light (no torch/verl import), so
-# dry-runs stay fast.
-_BACKEND_CHECKS: dict[str, Any] = {}
-
-
-def _backend_check(backend: str):
-    from grpoflow import backends
-
-    backends.get(backend)
-    return _BACKEND_CHECKS.get(backend)
-
-
-def register_backend_check(backend: str):
-    def deco(fn):
-        _BACKEND_CHECKS[backend] = fn
-        return fn
-
-    return deco
 
 
 def _build_models(cfg: WorkflowConfig) -> None:
@@ -404,7 +381,7 @@ def resolve_config(raw: dict) -> WorkflowConfig:
     experiments = _resolve_experiments(raw)
     datasets = _resolve_datasets(raw)
     evaluation = _resolve_section(raw, "evaluation")
-    from grpoflow.evaluation.registry import resolve_builtin_benchmarks
+    from grpoflow.schema.benchmarks import resolve_builtin_benchmarks
 
     evaluation = resolve_builtin_benchmarks(evaluation)
     report = _resolve_section(raw, "report")
@@ -441,7 +418,7 @@ def _resolve_experiments(raw: dict) -> dict[str, dict]:
             )
         validate(merged, {"$ref": "#/$defs/experiment"}, fill_defaults=True, where=f"experiments.{name}")
         # Keep only the chosen backend's section: the others' defaults must not change training params.
-        for other in BACKENDS:
+        for other in backends.names():
             if other != merged["backend"]:
                 merged.pop(other, None)
         experiments[name] = merged
@@ -450,7 +427,7 @@ def _resolve_experiments(raw: dict) -> dict[str, dict]:
 
 def _resolve_datasets(raw: dict) -> dict[str, dict]:
     """The config's datasets and those its built-in benchmarks need, defaults filled and checked."""
-    from grpoflow.evaluation.registry import builtin_datasets
+    from grpoflow.schema.benchmarks import builtin_datasets
 
     raw_datasets = {**(raw.get("datasets") or {})}
     raw_datasets.update(builtin_datasets(raw.get("evaluation") or {}, raw_datasets))

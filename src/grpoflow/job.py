@@ -57,8 +57,8 @@ def _run_settings(kw: dict) -> dict:
 def _evaluate_check(kw: dict, plane: str | None) -> tuple[str | None, str | None]:
     """(envcheck kind, what the GPU check calls the job or None): the row of the evaluation backend in the job's
     plane (vLLM's CPU build: its own check, no GPU check)."""
-    from grpoflow.backends import GPU
     from grpoflow.evaluation.backends import evaluation_backend
+    from grpoflow.planes import GPU
 
     row = evaluation_backend(_run_settings(kw).get("backend"), plane)
     return row.check, f"evaluate (backend {row.name})" if row.accelerator == GPU else None

@@ -13,14 +13,14 @@ from grpoflow_testing import REPO, SHIPPED_CONFIGS, load_shipped, load_yaml
 
 from grpoflow.config import resolve_config
 from grpoflow.errors import ConfigError
-from grpoflow.evaluation import registry as eval_registry
 from grpoflow.evaluation.benchmarks import benchmark_source
-from grpoflow.evaluation.generation import ModelSource
 from grpoflow.evaluation.settings import PRESETS, BenchmarkRun, resolve_benchmark
 from grpoflow.evaluation.vllm_backend import engine_kwargs
+from grpoflow.generation import ModelSource
 from grpoflow.rewards import RewardSet
 from grpoflow.rewards.combine import needs_group_terms
 from grpoflow.rewards.registry import ResolvedRewards
+from grpoflow.schema import benchmarks as eval_registry
 from grpoflow.schema import load_schema
 
 # Read with .get on purpose: null (their schema default) and absent both mean "the preset's value", and a

@@ -26,11 +26,11 @@ from grpoflow_testing import (
     vllm_cpu_env,
 )
 
-from grpoflow.backends import CLUSTER, GPU, NO_ACCELERATOR, VLLM_CPU
 from grpoflow.config import resolve_config
 from grpoflow.deployment import evaluation_plane
 from grpoflow.errors import ConfigError
 from grpoflow.evaluation.backends import evaluation_backend, evaluation_row
+from grpoflow.planes import CLUSTER, GPU, NO_ACCELERATOR, VLLM_CPU
 
 
 def _demo(**evaluation) -> dict:
@@ -163,9 +163,9 @@ def test_vllm_on_the_cpu_writes_what_the_transformers_backend_writes(tmp_path, s
 def test_cpu_engine_settings_match_the_transformers_backend_on_the_cpu():
     """float32 where the config says auto (vLLM's own auto would pick bfloat16 on a CPU), an explicit dtype kept,
     eager, max_model_len the job's longest sequence unless set; no GPU memory fraction."""
-    from grpoflow.evaluation.generation import ModelSource
     from grpoflow.evaluation.settings import generation_settings, with_defaults
     from grpoflow.evaluation.vllm_backend import cpu_engine_kwargs
+    from grpoflow.generation import ModelSource
 
     source = ModelSource("m", "external", "/models/m")
     gen = generation_settings(with_defaults({"max_new_tokens": 24, "seed": 3}))

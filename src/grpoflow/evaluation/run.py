@@ -38,7 +38,7 @@ module provides::
 - ``gen``: the resolved decoding (``Generation``: greedy when ``temperature == 0``, ``samples`` completions per
   prompt, ``max_new_tokens``, ``seed``, ``top_p``/``top_k`` with -1 = off);
 - return ``completions[i]``: exactly ``gen.samples`` ``Completion``s for prompt i, in prompt order, made with
-  ``grpoflow.evaluation.generation.completion_from_ids`` (cut at the first stop id, decoded with
+  ``grpoflow.generation.completion_from_ids`` (cut at the first stop id, decoded with
   ``skip_special_tokens``, ``finish_reason`` "length" when ``max_new_tokens`` was reached);
 - ``info``: ``generate_s`` (seconds spent generating; popped for ``timing``) plus anything worth recording
   under ``generation`` (device, dtype, engine settings, versions).
@@ -56,7 +56,9 @@ from dataclasses import dataclass
 from grpoflow.errors import DataError
 from grpoflow.evaluation.backends import evaluation_backend
 from grpoflow.evaluation.benchmarks import Problem, benchmark_data_path, benchmark_source, load_benchmark
-from grpoflow.evaluation.generation import (
+from grpoflow.evaluation.metrics import aggregate, score_completion
+from grpoflow.evaluation.settings import BenchmarkRun, Generation
+from grpoflow.generation import (
     Completion,
     ModelSource,
     encode_prompts,
@@ -65,8 +67,6 @@ from grpoflow.evaluation.generation import (
     resolve_model,
     stop_token_ids,
 )
-from grpoflow.evaluation.metrics import aggregate, score_completion
-from grpoflow.evaluation.settings import BenchmarkRun, Generation
 from grpoflow.io import atomic_write_json, atomic_write_jsonl
 from grpoflow.provenance import provenance
 

@@ -132,7 +132,7 @@ def benchmark_settings(settings: dict, benchmark: dict) -> dict:
     """The evaluation settings for one benchmark: its own decoding keys over the evaluation-wide ones. A
     benchmark that names another preset starts from that preset (the evaluation-wide temperature/top_p/top_k
     belong to the evaluation-wide preset)."""
-    from grpoflow.evaluation.registry import DECODING_KEYS
+    from grpoflow.schema.benchmarks import DECODING_KEYS
 
     own = {k: benchmark[k] for k in DECODING_KEYS if benchmark.get(k) not in (None, {})}
     out = dict(settings)

@@ -26,16 +26,16 @@ import shutil
 import time
 from pathlib import Path
 
-from grpoflow.backends import common
-from grpoflow.backends.common import map_metrics, number
 from grpoflow.backends.trl import METRICS
 from grpoflow.backends.trl.ckpt import LIVE_METRICS, is_complete, is_peft_checkpoint, latest_complete, step_dirs
+from grpoflow.backends.trl.rewards import ZNORM_FUNC, build_reward_funcs
 from grpoflow.discovery import model_path as sft_model_path
 from grpoflow.errors import ConfigError, DataError, GrpoflowError
 from grpoflow.io import exclusive_dir
 from grpoflow.plan import GrpoSettings, TrainingPlan
 from grpoflow.progress import StepProgress
-from grpoflow.rewards.trl import ZNORM_FUNC, build_reward_funcs
+from grpoflow.training import common
+from grpoflow.training.common import map_metrics, number
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ def _callbacks(live_metrics: Path, spec: dict):
             self.health.observe(row)  # logs a line per check that fires; raises HealthStop for health.stop_on
 
     class StopOnSigterm(TrainerCallback):
-        """SIGTERM (grpoflow.backends.common.SigtermStop) ends the run at the next step boundary with a checkpoint."""
+        """SIGTERM (grpoflow.training.common.SigtermStop) ends the run at the next step boundary with a checkpoint."""
 
         def __init__(self):
             self.signal = common.process_sigterm_stop()  # installed at the job's start (grpoflow.backends.trl.train)
@@ -281,11 +281,11 @@ def grpo_config(spec: dict, reward_kwargs: dict):
 
 
 def stop_kwargs(spec: dict, tokenizer, model_path: str) -> dict:
-    """Rollouts stop on the tokens evaluation stops on (grpoflow.evaluation.generation.stop_token_ids: the
+    """Rollouts stop on the tokens evaluation stops on (grpoflow.generation.stop_token_ids: the
     tokenizer's EOS, the model's generation_config EOS, ChatML's <|im_end|>/<|endoftext|>). TRL alone stops on the
     first two only, so a base model whose generation config lists only <|endoftext|> (Qwen2.5-Math) would run on
     past the chat template's end of turn. HF generate takes them as eos_token_id, vLLM as stop_token_ids."""
-    from grpoflow.evaluation.generation import ModelSource, stop_token_ids
+    from grpoflow.generation import ModelSource, stop_token_ids
 
     ids = stop_token_ids(tokenizer, ModelSource(name="start", kind="sft", path=model_path))
     return {"stop_token_ids": ids} if spec["trl"]["vllm"]["mode"] != "none" else {"eos_token_id": ids}

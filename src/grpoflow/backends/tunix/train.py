@@ -5,22 +5,18 @@ from __future__ import annotations
 
 import sys
 
-from grpoflow.backends.common import check_environment, read_spec
-from grpoflow.joblog import guarded
+from grpoflow.backends.tunix.commandline import ENTRY
+from grpoflow.training.common import train_main
 
 
-def train(spec: dict) -> None:
-    """The job: its environment check, then the resumable GRPOLearner run (JAX and Tunix load only now)."""
-    check_environment(spec, "train-tunix")
-    from grpoflow.backends.tunix.runner import run_training
+def run_training(spec: dict) -> dict:
+    from grpoflow.backends.tunix.runner import run_training  # JAX and Tunix: only in the job
 
-    run_training(spec)
+    return run_training(spec)
 
 
 def main(argv: list[str] | None = None) -> int:
-    spec = read_spec("tunix", argv)
-    guarded(train, spec, what=f"train_grpo ({spec.get('experiment')})")
-    return 0
+    return train_main("tunix", ENTRY, argv, run_training, env_check="train-tunix")
 
 
 if __name__ == "__main__":

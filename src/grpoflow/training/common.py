@@ -214,51 +214,51 @@ def training_spec(cfg, experiment: str, inputs: dict, outputs: dict, **extra: An
     }
 
 
-def spec_command(backend: str, spec: dict) -> str:
-    """``python -m grpoflow.backends.<backend>.train --spec '<spec as sorted JSON>'`` (what `snakemake -n -p` shows)."""
-    return f"python -m grpoflow.backends.{backend}.train --spec {shlex.quote(json.dumps(spec, sort_keys=True))}"
+def spec_command(entry: str, spec: dict) -> str:
+    """``python -m <entry> --spec '<spec as sorted JSON>'`` (what `snakemake -n -p` shows): ``entry`` is the backend's
+    entry-point module (``grpoflow.backends.<name>.train``), which finished runs' commands name."""
+    return f"python -m {entry} --spec {shlex.quote(json.dumps(spec, sort_keys=True))}"
 
 
 # ---- a backend's entry point: python -m grpoflow.backends.<name>.train --spec JSON ----------------------------------
 
 
-# Each backend's train.py reads top to bottom: ``read_spec`` (its SIGTERM handler first), then under
-# grpoflow.joblog.guarded (any failure one ``grpoflow: error:`` line) ``check_environment`` and its own runner, which it
-# imports itself: nothing here names a backend's module.
-
-
-def read_spec(backend: str, argv: list[str] | None) -> dict:
-    """``--spec`` of ``python -m grpoflow.backends.<backend>.train``, parsed (the SIGTERM stop installed first), with the
-    job's logging set up. The spec is what the backend's ``training_spec`` composed; ``grpoflow.plan.TrainingPlan``
-    decodes its typed parts."""
-    from grpoflow.joblog import setup_logging
+def train_main(
+    backend: str,
+    entry: str,
+    argv: list[str] | None,
+    run_training: Callable[[dict], Any],
+    env_check: str | Callable[[dict], None] | None = None,
+) -> int:
+    """The ``--spec`` entry point of backend ``backend`` (``python -m <entry>``): parse ``--spec``, log the
+    interpreter, run the environment check ``env_check`` (a grpoflow.envcheck kind, or a function of the spec;
+    seconds, before any trainer import), then ``run_training(spec)`` (the backend's runner, which imports its trainer);
+    any failure is one ``grpoflow: error:`` line (grpoflow.joblog.guarded)."""
+    from grpoflow import envcheck
+    from grpoflow.joblog import guarded, setup_logging
 
     parser = argparse.ArgumentParser(
-        prog=f"python -m grpoflow.backends.{backend}.train",
-        description=f"GRPO training, the {backend} backend of train_grpo.",
+        prog=f"python -m {entry}", description=f"GRPO training, the {backend} backend of train_grpo."
     )
-    parser.add_argument(
-        "--spec", required=True, help=f"JSON training spec, as grpoflow.backends.{backend}.commandline composes it"
-    )
+    parser.add_argument("--spec", required=True, help=f"JSON training spec, as the {backend} backend composes it")
     process_sigterm_stop()  # before the trainer's imports and model loading: a SIGTERM then is the same stop
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     setup_logging()
     try:
-        return json.loads(args.spec)
+        spec = json.loads(args.spec)
     except ValueError as exc:
         parser.error(f"--spec is not valid JSON: {exc}")
 
+    def train() -> None:
+        envcheck.log_interpreter()
+        if callable(env_check):
+            env_check(spec)
+        elif env_check:
+            envcheck.check(env_check)
+        run_training(spec)
 
-def check_environment(spec: dict, env_check: str | Callable[[dict], None] | None) -> None:
-    """Log the interpreter and run the environment check ``env_check`` (a grpoflow.envcheck kind, or a function of the
-    spec): seconds, before any trainer import."""
-    from grpoflow import envcheck
-
-    envcheck.log_interpreter()
-    if callable(env_check):
-        env_check(spec)
-    elif env_check:
-        envcheck.check(env_check)
+    guarded(train, what=f"train_grpo ({spec.get('experiment')})")
+    return 0
 
 
 # ---- one training run: resume point, live metrics, SIGTERM, the end -----------------------------------------------
