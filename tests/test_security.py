@@ -208,7 +208,7 @@ def test_credentials_in_the_config_are_refused(default_config, overlay, key):
 
 
 def test_harmless_names_that_contain_token_are_accepted():
-    from grpoflow.config import is_credential_name
+    from grpoflow.credentials import is_credential_name
 
     assert not any(
         map(

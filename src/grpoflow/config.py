@@ -9,7 +9,6 @@ reward names, verl batch arithmetic) and returns a ``WorkflowConfig`` that the r
 from __future__ import annotations
 
 import copy
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
@@ -178,7 +177,6 @@ def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> ExperimentPl
             f"config error: {where}.rewards.weights has {len(rewards['weights'])} values for {len(rewards['funcs'])} funcs {rewards['funcs']}: give one weight per func"
         )
     plan = _resolve_plan(name, exp)
-    _check_no_credentials(where, exp)
     _check_merge_step(where, exp)
     _check_term_before_limit(where, exp["resources"])
     backends.get(exp["backend"]).check(name, exp, cfg)  # the backend's own cross-check, through the registry
@@ -188,45 +186,6 @@ def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> ExperimentPl
             f"config error: {where}.upload.enabled is true but upload.repo_id is not set (e.g. your-org/{name})"
         )
     return plan
-
-
-# A name is a credential when it ends in a secret's word (HF_TOKEN, hub_token, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY)
-# or says secret/password anywhere. Only the last words count, because verl and TRL have many ordinary settings
-# that contain them: data.response_key, data.reward_fn_key, ppo_max_token_len_per_gpu, pad_token, TOKENIZERS_PARALLELISM.
-_SECRET_WORDS = {"secret", "password", "passwd", "credential", "credentials", "apikey"}
-_TOKEN_KINDS = {"pad", "eos", "bos", "unk", "sep", "cls", "mask", "max", "min", "num", "special", "chat"}
-_KEY_KINDS = {"api", "access", "secret", "private", "auth", "signing", "encryption"}
-
-
-def is_credential_name(name: str) -> bool:
-    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
-    if not words:
-        return False
-    before = words[-2] if len(words) > 1 else ""
-    return (
-        bool(_SECRET_WORDS.intersection(words))
-        or (words[-1] == "token" and before not in _TOKEN_KINDS)
-        or (words[-1] == "key" and before in _KEY_KINDS)
-    )
-
-
-def _check_no_credentials(where: str, exp: dict) -> None:
-    """Credentials come from the environment only. The settings below become the training command, which
-    Snakemake prints and every log keeps (and config files end up in git)."""
-    verl, trl = exp.get("verl") or {}, exp.get("trl") or {}
-    named = [(f"verl.env.{k}", k) for k in verl.get("env") or {}]
-    named += [
-        (f"verl.extra_overrides ({o.split('=', 1)[0]})", o.split("=", 1)[0].rsplit(".", 1)[-1])
-        for o in verl.get("extra_overrides") or []
-    ]
-    named += [(f"trl.extra_args.{k}", k) for k in trl.get("extra_args") or {}]
-    for key, name in named:
-        if is_credential_name(name):
-            env = name.upper() if key.startswith("verl.env") else "HF_TOKEN, WANDB_API_KEY"
-            raise ConfigError(
-                f"config error: {where}.{key} is a credential, which would be printed and logged with the training command: remove it from the "
-                f"config and export it in the shell that runs snakemake ({env}); every job inherits that environment"
-            )
 
 
 def _check_merge_step(where: str, exp: dict) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from grpoflow.config import is_credential_name
+from grpoflow.credentials import is_credential_name
 from grpoflow.errors import GrpoflowError
 from grpoflow.generation import first_line
 from grpoflow.hubid import HUB_ID
@@ -63,7 +63,7 @@ def _public_config(experiment_cfg: dict) -> dict:
             return {k: redact(v, k, under_env or (key == "env")) for k, v in value.items()}
         if isinstance(value, list):
             return [redact(v) for v in value]
-        # The same rule that keeps credentials out of the config (grpoflow.config.is_credential_name).
+        # The same rule that keeps credentials out of the config (grpoflow.credentials.is_credential_name).
         return "<redacted>" if under_env or is_credential_name(key) else value
 
     cfg = redact(copy.deepcopy(experiment_cfg))

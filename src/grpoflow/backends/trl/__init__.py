@@ -16,6 +16,7 @@ from grpoflow.backends.trl import gpu_env
 from grpoflow.backends.trl.ckpt import checkpoints
 from grpoflow.backends.trl.commandline import check_trl_experiment, command, vllm_mode
 from grpoflow.backends.trl.commandline import summary as _gpu_summary
+from grpoflow.credentials import refuse_credentials
 from grpoflow.planes import CLUSTER, GPU, LOCAL, NO_ACCELERATOR, VLLM_CPU
 from grpoflow.training.memory import DTYPE_BYTES, HUB_WEIGHT_BYTES
 
@@ -106,6 +107,9 @@ class TrlBackend:
         return command(cfg, experiment, inputs, outputs)
 
     def check(self, name: str, exp: dict, cfg=None) -> None:
+        # trl.extra_args become GRPOConfig arguments on the training command: no credential among them.
+        extra = exp["trl"].get("extra_args") or {}
+        refuse_credentials(f"experiments.{name}", [(f"trl.extra_args.{k}", k) for k in extra])
         check_trl_experiment(name, exp, cfg)
 
     def checkpoints(self, checkpoint_dir) -> dict:

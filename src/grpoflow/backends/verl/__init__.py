@@ -23,6 +23,7 @@ from grpoflow.backends.verl import environment
 from grpoflow.backends.verl.checks import check_verl_experiment
 from grpoflow.backends.verl.ckpt import checkpoints
 from grpoflow.backends.verl.commandline import command
+from grpoflow.credentials import refuse_credentials
 from grpoflow.planes import CLUSTER, GPU
 from grpoflow.training.memory import DTYPE_BYTES
 
@@ -98,6 +99,11 @@ class VerlBackend:
         return command(cfg, experiment, inputs, outputs)
 
     def check(self, name: str, exp: dict, cfg=None) -> None:
+        # verl.env is exported on the training command and extra_overrides are on it: no credential among them.
+        verl, where = exp["verl"], f"experiments.{name}"
+        refuse_credentials(where, [(f"verl.env.{k}", k) for k in verl.get("env") or {}], export_as=str.upper)
+        overrides = [o.split("=", 1)[0] for o in verl.get("extra_overrides") or []]
+        refuse_credentials(where, [(f"verl.extra_overrides ({o})", o.rsplit(".", 1)[-1]) for o in overrides])
         check_verl_experiment(name, exp, cfg)
 
     def checkpoints(self, checkpoint_dir) -> dict:
