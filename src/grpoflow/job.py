@@ -1,14 +1,16 @@
-"""The one way a job starts: ``python -m grpoflow.job RULE --plan JSON`` (the shell rules ``merge_checkpoint`` and
+"""How a job starts: ``python -m grpoflow.job RULE --plan JSON`` (the shell rules ``merge_checkpoint`` and
 ``evaluate``, whose interpreter the deployment picks) and ``run_job(snakemake, fn, **kwargs)`` (the ``script:`` rules'
 ``workflow/scripts/*.py``, which read paths and params off the ``snakemake`` object). Either way: logging to the
 rule's log, the job's environment check first, one-line errors, exit codes. A ``GrpoflowError`` becomes a single line
 on stderr (and in the log) and exit status 1; any other exception is a bug: its traceback goes to the log, a one-line
 pointer to stderr.
 
-Old commands name older paths, which stay as thin shims because a changed shell line or training command reruns
-every finished job (Snakemake's code and params triggers): ``python -m grpoflow.workflow JOB --kwargs JSON``
-(``grpoflow.workflow``: this module's ``main`` with ``--plan``) and ``python -m grpoflow.backends.<backend>.train
---spec JSON`` (each backend's entry point: ``grpoflow.backends.common.read_spec``, its check, its runner).
+Commands of finished runs name older paths, which stay because a changed shell line or training command reruns every
+finished job (Snakemake's code and params triggers): ``python -m grpoflow.workflow JOB --kwargs JSON`` is a thin shim
+of this module's ``main``. ``train_grpo``'s command, ``python -m grpoflow.backends.<backend>.train --spec JSON``, is
+its backend's own entry point, which does the same steps (its ``--spec`` parsed, the logging, its check, its runner
+under ``guarded``): this module would have to import every backend to start it, and a backend's module may not
+depend on what depends on it.
 """
 
 from __future__ import annotations
