@@ -102,7 +102,12 @@ def _spec_to_runner() -> list[Hop]:
             "TRL's command",
             "call",
         ),
-        Hop("src/grpoflow/training/common.py", r'"grpo": exp\["grpo"\],', "the training spec: a dict", "call"),
+        Hop(
+            "src/grpoflow/training/common.py",
+            r'"grpo": cfg\.plans\[experiment\]\.grpo\.as_dict\(\),',
+            "the training spec: the plan's GrpoSettings as a dict",
+            "call",
+        ),
         Hop(
             "src/grpoflow/training/common.py",
             r"--spec \{shlex\.quote\(json\.dumps\(spec",

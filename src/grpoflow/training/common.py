@@ -200,7 +200,9 @@ def training_spec(cfg, experiment: str, inputs: dict, outputs: dict, **extra: An
         "experiment": experiment,
         "sft": inputs["sft"],  # sft.json: its "path" is the model GRPO starts from (read when training starts)
         "train": inputs["train"],
-        "grpo": exp["grpo"],
+        # The plan's typed grpo settings, written back as the section (byte-identical JSON: tests/pipeline's rerun
+        # record), which the job decodes again (grpoflow.plan.TrainingPlan).
+        "grpo": cfg.plans[experiment].grpo.as_dict(),
         "rewards": exp["rewards"],
         backend: exp[backend],
         "checkpoint_dir": cfg.checkpoint_dir(experiment),
