@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from grpoflow.envcheck import Check
     from grpoflow.training.memory import Architecture
 
 
@@ -25,7 +26,7 @@ class Generator:
 
     module: str
     plane: str
-    check: str | None
+    check: Check | str | None
     accelerator: str
 
 
@@ -54,8 +55,8 @@ class Backend(Protocol):
         grpoflow.backends table``).
     ``METRICS: dict[str, str]``
         The trainer's logged metric -> the ``train_metrics.jsonl`` key (grpoflow.training.common.map_metrics).
-    ``MERGE_CHECK: str | None``
-        The grpoflow.envcheck kind a ``merge_checkpoint`` job checks first, in its own interpreter.
+    ``MERGE_CHECK: grpoflow.envcheck.Check | None``
+        What a ``merge_checkpoint`` job checks first, in its own interpreter (None: nothing).
     ``GENERATOR: Generator | None``
         Its generator (``evaluation.backend: <name>``: the module whose ``generate`` evaluates with its sampler,
         written as its folder's ``generate.py``, which the schema's ``evaluation.backend`` enum reads), or None.
@@ -95,7 +96,7 @@ class Backend(Protocol):
     name: str
     SETTINGS: dict[str, str]
     METRICS: dict[str, str]
-    MERGE_CHECK: str | None
+    MERGE_CHECK: Check | None
     GENERATOR: Generator | None
     MERGE_CHECKED_WITH: str
 
