@@ -153,7 +153,7 @@ def _how_to_pick(kind: str) -> str:
 # `python -m grpoflow.envcheck train-trl-gpu <trl.vllm.mode> [lora]` runs before torchrun in the train_grpo command of
 # a TRL experiment on GPUs with several processes or a vLLM server (finished runs' commands name it, so it stays):
 # it is the TRL backend's check, run as its own module.
-FORWARDED = {"train-trl-gpu": "grpoflow.backends.trl.gpu_env"}
+FORWARDED = {"train-trl-gpu": "grpoflow.backends.trl.gpu_env_main"}
 
 
 def main(argv: list[str] | None = None) -> int:
