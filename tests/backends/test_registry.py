@@ -40,7 +40,7 @@ def test_every_backend_provides_the_interface(name):
     module = backends.get(name)
     for attr in backends.INTERFACE:
         assert hasattr(module, attr), f"grpoflow.backends.{name} lacks {attr}"
-    data = ("name", "SETTINGS", "METRICS", "MERGE_CHECK", "MERGE_CHECKED_WITH")
+    data = ("name", "SETTINGS", "METRICS", "MERGE_CHECK", "MERGE_CHECKED_WITH", "GENERATOR")
     assert all(callable(getattr(module, f)) for f in backends.INTERFACE if f not in data)
     assert module.MERGE_CHECK is None or isinstance(module.MERGE_CHECK, envcheck.Check)
     assert module.SETTINGS and all(k.startswith("grpo.") for k in module.SETTINGS)

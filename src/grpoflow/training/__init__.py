@@ -1,7 +1,7 @@
 """What every training backend is built from, below all of them: the ``Backend`` protocol each one's object
 implements (``BACKEND`` in ``grpoflow.backends.<name>``, a line of grpoflow.backends.registry), the run frame every
 trainer shares (``common``: the completion marker, the checkpoint scan, the metrics file, resume, SIGTERM, the entry
-point) and the memory model every fit check is built on (``memory``).
+point), the memory model every fit check is built on (``memory``) and what the merges share (``merging``).
 
 Nothing here knows a backend: a backend imports this package, never ``grpoflow.backends`` (the registry, above
 it) nor ``grpoflow.config`` (which asks it through the registry).
@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Generator:
     """A training backend's generator, the evaluation backend of its name (grpoflow.evaluation.backends): the module
-    whose ``generate`` evaluates with the backend's sampler, the plane its evaluate jobs run in, the grpoflow.envcheck
-    kind they check first (None: nothing) and what they hold (grpoflow.planes)."""
+    whose ``generate`` evaluates with the backend's sampler, the plane its evaluate jobs run in, what they check first (a
+    grpoflow.envcheck.Check; None: nothing) and what they hold (grpoflow.planes)."""
 
     module: str
     plane: str
