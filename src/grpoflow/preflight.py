@@ -95,7 +95,7 @@ def job_needs(cfg, rule: str, wildcards: dict) -> tuple[str, str, list[tuple[str
     if rule == "evaluate":
         row = evaluation_row(cfg.evaluation)
         if row.check:
-            return row.plane, f"evaluate ({wildcards['model']}, {wildcards['benchmark']})", envcheck.NEEDS[row.check]
+            return row.plane, f"evaluate ({wildcards['model']}, {wildcards['benchmark']})", envcheck.needs_of(row.check)
     return None
 
 

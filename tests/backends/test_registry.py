@@ -40,9 +40,9 @@ def test_every_backend_provides_the_interface(name):
     module = backends.get(name)
     for attr in backends.INTERFACE:
         assert hasattr(module, attr), f"grpoflow.backends.{name} lacks {attr}"
-    data = ("name", "SETTINGS", "METRICS", "MERGE_CHECK", "MERGE_CHECKED_WITH")
+    data = ("name", "SETTINGS", "METRICS", "MERGE_CHECK", "MERGE_CHECKED_WITH", "GENERATOR")
     assert all(callable(getattr(module, f)) for f in backends.INTERFACE if f not in data)
-    assert module.MERGE_CHECK is None or module.MERGE_CHECK in envcheck.NEEDS
+    assert module.MERGE_CHECK is None or isinstance(module.MERGE_CHECK, envcheck.Check)
     assert module.SETTINGS and all(k.startswith("grpo.") for k in module.SETTINGS)
     assert module.METRICS and all(isinstance(v, str) for v in module.METRICS.values())
 
@@ -52,8 +52,20 @@ def test_every_backend_provides_the_interface(name):
     [
         ("config/config.yaml", planes.LOCAL, planes.NO_ACCELERATOR, None, None),  # TRL on the CPU (the demo)
         ("config/qwen2.5-math-1.5b-lora-binary.yaml", planes.CLUSTER, planes.GPU, None, "with TRL on 1 GPU"),
-        ("config/qwen3-32b-gsm8k.yaml", planes.CLUSTER, planes.GPU, "merge-verl", "with verl. GPU memory"),
-        ("config/qwen3-8b-gsm8k-tunix.yaml", planes.TUNIX, planes.TPU, "merge-tunix", "with Tunix on a v5p-8"),
+        (
+            "config/qwen3-32b-gsm8k.yaml",
+            planes.CLUSTER,
+            planes.GPU,
+            "merge_checkpoint (backend verl)",
+            "with verl. GPU memory",
+        ),
+        (
+            "config/qwen3-8b-gsm8k-tunix.yaml",
+            planes.TUNIX,
+            planes.TPU,
+            "merge_checkpoint (backend tunix)",
+            "with Tunix on a v5p-8",
+        ),
     ],
 )
 def test_each_backend_answers_what_the_workflow_asks_of_a_shipped_config(
@@ -67,7 +79,8 @@ def test_each_backend_answers_what_the_workflow_asks_of_a_shipped_config(
     cfg = resolve_config(load_shipped(config))
     name, exp = next(iter(cfg.experiments.items()))
     backend = backends.of(exp)
-    assert (backend.plane(exp), backend.accelerator(exp), backend.MERGE_CHECK) == (plane, accelerator, merge_check)
+    merge_job = backend.MERGE_CHECK.job if backend.MERGE_CHECK else None
+    assert (backend.plane(exp), backend.accelerator(exp), merge_job) == (plane, accelerator, merge_check)
     line = backend.summary(name, exp)
     assert line is None if summary is None else summary in line
     needs = {rule: backend.environment(exp, rule) for rule in ("train_grpo", "merge_checkpoint")}
@@ -76,7 +89,7 @@ def test_each_backend_answers_what_the_workflow_asks_of_a_shipped_config(
     else:
         assert all(needs.values()) and all(len(n) == 3 for rule in needs.values() for n in rule)
     if merge_check:
-        assert needs["merge_checkpoint"] == envcheck.NEEDS[merge_check]
+        assert needs["merge_checkpoint"] == envcheck.needs_of(backend.MERGE_CHECK)
 
 
 def test_the_registry_is_a_table_and_each_backend_checks_its_own_section():

@@ -44,6 +44,8 @@ INTERFACE = (
     "MERGE_CHECK",
     "merge",
     "MERGE_CHECKED_WITH",
+    "validate",
+    "GENERATOR",
     "summary",
     "declared_device",
     "checkpoint_size",

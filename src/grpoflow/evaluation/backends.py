@@ -16,9 +16,12 @@ and ``snakemake -n -p`` shows the interpreter it chose.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from grpoflow.planes import CLUSTER, GPU, LOCAL, NO_ACCELERATOR, VLLM_CPU
+
+if TYPE_CHECKING:
+    from grpoflow.envcheck import Check
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,8 @@ class EvaluationBackend:
     name: str
     module: str  # its generate(source, tokenizer, prompt_ids, gen, stops, threads=, vllm_cfg=)
     plane: str  # grpoflow.deployment's plane of the evaluate job
-    check: str | None  # the grpoflow.envcheck kind the job checks first (None: the local plane, nothing to find)
+    # What the job checks first: a grpoflow.envcheck kind, or a backend's own Check (None: the local plane, nothing)
+    check: str | Check | None
     accelerator: str  # GPU: the job checks the node first; TPU: it takes the `tpu` resource
     on_cpu: EvaluationBackend | None = None  # the row when evaluation.resources.gpus is 0 (None: this one)
     # The compute processes it starts, from the evaluation settings: the job's CPU threads are split over them

@@ -1,7 +1,7 @@
 """What every training backend is built from, below all of them: the ``Backend`` protocol each one's object
 implements (``BACKEND`` in ``grpoflow.backends.<name>``, a line of grpoflow.backends.registry), the run frame every
 trainer shares (``common``: the completion marker, the checkpoint scan, the metrics file, resume, SIGTERM, the entry
-point) and the memory model every fit check is built on (``memory``).
+point), the memory model every fit check is built on (``memory``) and what the merges share (``merging``).
 
 Nothing here knows a backend: a backend imports this package, never ``grpoflow.backends`` (the registry, above
 it) nor ``grpoflow.config`` (which asks it through the registry).
@@ -14,18 +14,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from grpoflow.envcheck import Check
     from grpoflow.training.memory import Architecture
 
 
 @dataclass(frozen=True)
 class Generator:
     """A training backend's generator, the evaluation backend of its name (grpoflow.evaluation.backends): the module
-    whose ``generate`` evaluates with the backend's sampler, the plane its evaluate jobs run in, the grpoflow.envcheck
-    kind they check first (None: nothing) and what they hold (grpoflow.planes)."""
+    whose ``generate`` evaluates with the backend's sampler, the plane its evaluate jobs run in, what they check first (a
+    grpoflow.envcheck.Check; None: nothing) and what they hold (grpoflow.planes)."""
 
     module: str
     plane: str
-    check: str | None
+    check: Check | str | None
     accelerator: str
 
 
@@ -54,8 +55,8 @@ class Backend(Protocol):
         grpoflow.backends table``).
     ``METRICS: dict[str, str]``
         The trainer's logged metric -> the ``train_metrics.jsonl`` key (grpoflow.training.common.map_metrics).
-    ``MERGE_CHECK: str | None``
-        The grpoflow.envcheck kind a ``merge_checkpoint`` job checks first, in its own interpreter.
+    ``MERGE_CHECK: grpoflow.envcheck.Check | None``
+        What a ``merge_checkpoint`` job checks first, in its own interpreter (None: nothing).
     ``GENERATOR: Generator | None``
         Its generator (``evaluation.backend: <name>``: the module whose ``generate`` evaluates with its sampler,
         written as its folder's ``generate.py``, which the schema's ``evaluation.backend`` enum reads), or None.
@@ -95,7 +96,7 @@ class Backend(Protocol):
     name: str
     SETTINGS: dict[str, str]
     METRICS: dict[str, str]
-    MERGE_CHECK: str | None
+    MERGE_CHECK: Check | None
     GENERATOR: Generator | None
     MERGE_CHECKED_WITH: str
 

@@ -53,6 +53,9 @@ class ToyBackend:
 
         return merge(checkpoint_dir, step, base, out)
 
+    def validate(self, cfg, name: str) -> None:
+        return None  # no trainer with a config schema of its own
+
     def plane(self, exp: dict) -> str:
         return LOCAL
 

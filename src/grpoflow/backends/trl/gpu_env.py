@@ -4,7 +4,7 @@
     python -m grpoflow.envcheck train-trl-gpu colocate|server|none [lora]   # in the command, before torchrun
 
 The train_grpo command of a TRL experiment on GPUs with several processes or a vLLM server runs that first (finished
-runs' commands name ``grpoflow.envcheck``, which runs this module); each rank runs ``check`` again (train.py).
+runs' commands name ``grpoflow.envcheck``, which runs ``gpu_env_main``); each rank runs ``check`` again (train.py).
 """
 
 from __future__ import annotations
@@ -56,20 +56,3 @@ def require_gpu_environment(vllm_mode: str, lora: bool) -> None:
     envcheck.log.info(
         "environment check for %s passed: torch (CUDA %s), %s importable", job, cuda, ", ".join(m for m, _, _ in needs)
     )
-
-
-def main(argv: list[str] | None = None) -> int:
-    from grpoflow.joblog import guarded, setup_logging
-
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) not in (1, 2) or args[1:] not in ([], ["lora"]):
-        print("usage: python -m grpoflow.envcheck train-trl-gpu <vllm mode> [lora]", file=sys.stderr)
-        return 2
-    setup_logging()
-    envcheck.log_interpreter()
-    guarded(require_gpu_environment, args[0], len(args) == 2, what="environment check")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

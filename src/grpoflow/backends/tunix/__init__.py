@@ -19,7 +19,7 @@ runs Snakemake, which does not hold Tunix.
 
 from __future__ import annotations
 
-from grpoflow import envcheck
+from grpoflow.backends.tunix import environment
 from grpoflow.backends.tunix.ckpt import checkpoints
 from grpoflow.backends.tunix.commandline import check_tunix_experiment, command
 from grpoflow.planes import TPU, TUNIX
@@ -78,9 +78,9 @@ class TunixBackend:
     """The Tunix backend's Backend object (grpoflow.training.Backend)."""
 
     name = "tunix"
-    MERGE_CHECK = "merge-tunix"  # Tunix's Qwen3 and Orbax, in the Tunix interpreter
+    MERGE_CHECK = environment.MERGE  # Tunix's Qwen3 and Orbax, in the Tunix interpreter
     # Tunix's own sampler, in the Tunix environment; it holds the TPU (one job at a time with training).
-    GENERATOR = Generator("grpoflow.backends.tunix.generate", TUNIX, "eval-tunix", TPU)
+    GENERATOR = Generator("grpoflow.backends.tunix.generate", TUNIX, environment.GENERATE, TPU)
     MERGE_CHECKED_WITH = "safetensors"  # the Tunix environment has no torch: tensor by tensor against the start's files
     SETTINGS = SETTINGS
     METRICS = METRICS
@@ -111,7 +111,7 @@ class TunixBackend:
         return TPU
 
     def environment(self, exp: dict, rule: str) -> list[tuple[str, str, str]]:
-        return envcheck.NEEDS["train-tunix" if rule == "train_grpo" else self.MERGE_CHECK]
+        return list((environment.TRAIN if rule == "train_grpo" else environment.MERGE).needs)
 
     def summary(self, name: str, exp: dict) -> str | None:
         """The HBM estimate per chip for a declared ``tunix.tpu`` (grpoflow.backends.tunix.memory.summary); none

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from grpoflow.backends.tunix.commandline import ENTRY
+from grpoflow.backends.tunix.environment import TRAIN
 from grpoflow.training.common import train_main
 
 
@@ -16,7 +17,7 @@ def run_training(spec: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return train_main("tunix", ENTRY, argv, run_training, env_check="train-tunix")
+    return train_main("tunix", ENTRY, argv, run_training, env_check=TRAIN)
 
 
 if __name__ == "__main__":

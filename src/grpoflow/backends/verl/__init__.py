@@ -89,7 +89,7 @@ class VerlBackend:
     """The verl backend's Backend object (grpoflow.training.Backend)."""
 
     name = "verl"
-    MERGE_CHECK = "merge-verl"  # verl's model merger, in the cluster interpreter
+    MERGE_CHECK = environment.MERGE  # verl's model merger, in the cluster interpreter
     GENERATOR = None
     MERGE_CHECKED_WITH = "transformers"
     SETTINGS = SETTINGS
@@ -132,7 +132,7 @@ class VerlBackend:
         """What the job imports: the merger; for training what ``main_ppo`` imports with this experiment's
         overrides (None with ``verl.env.GRPOFLOW_SKIP_ENV_CHECK: 1``, which the job's wrapper honours too)."""
         if rule == "merge_checkpoint":
-            return envcheck.NEEDS[self.MERGE_CHECK]
+            return list(self.MERGE_CHECK.needs)
         if str(exp["verl"]["env"].get(envcheck.SKIP_ENV_CHECK, "")).lower() in ("1", "true"):
             return None
         return environment.training_needs(_import_overrides(exp))

@@ -1,15 +1,19 @@
-"""What verl's training job imports, found in its interpreter before anything starts (grpoflow.envcheck.require):
-``main_ppo`` with the experiment's overrides imports verl, TransferQueue (verl's default ``trainer.use_v1``), vLLM (its
+"""What verl's jobs import, found in their interpreter before anything starts: the merge verl's model merger; the
+training job,  (grpoflow.envcheck.require): ``main_ppo`` with the experiment's overrides imports verl, TransferQueue (verl's default ``trainer.use_v1``), vLLM (its
 default rollout) and flash-attn (its default attention).
 """
 
 from __future__ import annotations
 
-from grpoflow.envcheck import VERL, VLLM
+from grpoflow.envcheck import VLLM, Check
+
+VERL = ("verl", "verl==0.9.1")
 
 TRANSFER_QUEUE = ("transfer_queue", "TransferQueue (verl[vllm])")
 FLASH_ATTN = ("flash_attn", "flash-attn")
 JOB = "train_grpo (backend verl)"
+# verl's model merger, in the cluster interpreter.
+MERGE = Check("merge_checkpoint (backend verl)", ((*VERL, "verl's model merger"),))
 
 
 def training_needs(overrides: dict[str, str]) -> list[tuple[str, str, str]]:
