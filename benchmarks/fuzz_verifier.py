@@ -44,7 +44,7 @@ def main(argv=None) -> int:
             for _ in range(min(args.chunk, args.n - done))
         ]
         chars += sum(len(c) for c, _ in batch)
-        report = adversarial.run_like_verl(batch, threads=args.threads, deadline_s=deadline)
+        report = adversarial.run_in_scorer_threads(batch, threads=args.threads, deadline_s=deadline)
         done += report.n
         if report.slowest_s > slowest:
             slowest, slowest_pair = report.slowest_s, report.slowest

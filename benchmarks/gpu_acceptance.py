@@ -906,7 +906,6 @@ EVAL_MODEL_ENV = "GPU_ACCEPTANCE_EVAL_MODEL"
 
 
 def eval_command(work: Path, device: str = "cuda") -> list[str]:
-    from grpoflow.evaluation.settings import benchmark_prompt, evaluation_settings
 
     cfg = resolved_config(work, 0, 1, work / "unused")
     kwargs = {
@@ -914,8 +913,8 @@ def eval_command(work: Path, device: str = "cuda") -> list[str]:
         "model": {"kind": "external", "path": os.environ.get(EVAL_MODEL_ENV) or str(work / "demo-model")},
         "benchmark_name": "arith",
         "benchmark": cfg.evaluation["benchmarks"]["arith"],
-        "prompt": benchmark_prompt(cfg, "arith"),
-        "settings": evaluation_settings(cfg),
+        "prompt": cfg.benchmark_prompt("arith"),
+        "run": cfg.benchmark_runs["arith"].as_json(),
         "inputs": {"data": str(work / "data" / "test.parquet")},
         "metrics_path": str(work / "eval" / device / "arith.json"),
         "samples_path": str(work / "eval" / device / "arith.samples.jsonl"),

@@ -132,7 +132,7 @@ def plan_lines(lock: dict[str, str]) -> list[str]:
 
 def vllm_architecture() -> dict:
     """Qwen3-0.6B's widths with the demo tokenizer's vocabulary (the model prep saves as VLLM_MODEL)."""
-    from grpoflow.backends.memory import PRESETS
+    from grpoflow.training.memory import PRESETS
 
     a = PRESETS["qwen3-0.6b"]
     arch = {f.name: getattr(a, f.name) for f in dataclasses.fields(a) if f.name != "name"}
@@ -253,15 +253,14 @@ def merge_command(cfg, experiment: str, work: Path) -> list[str]:
 
 def evaluate_command(cfg, work: Path, model_dir: Path, out: Path) -> list[str]:
     """evaluate's command (rules/evaluate.smk) for ``model_dir`` on the arith test split, with cfg's settings."""
-    from grpoflow.evaluation.settings import benchmark_prompt, evaluation_settings
 
     kwargs = {
         "model_name": "verl-merged",
         "model": {"kind": "external", "path": str(model_dir)},
         "benchmark_name": "arith",
         "benchmark": cfg.evaluation["benchmarks"]["arith"],
-        "prompt": benchmark_prompt(cfg, "arith"),
-        "settings": evaluation_settings(cfg),
+        "prompt": cfg.benchmark_prompt("arith"),
+        "run": cfg.benchmark_runs["arith"].as_json(),
         "inputs": {"data": str(work / "data" / "test.parquet")},
         "metrics_path": str(out / "arith.json"),
         "samples_path": str(out / "arith.samples.jsonl"),
@@ -408,7 +407,7 @@ def server_mode_supported(kit, work: Path, gpu_gb: float):
 
 def gpu_memory_gb() -> float:
     """The first GPU's memory as sold (GB), as grpoflow.backends.verl.memory.at_job_start reads it."""
-    from grpoflow.backends.memory import CARD_GIB_PER_GB
+    from grpoflow.training.memory import CARD_GIB_PER_GB
 
     try:
         out = subprocess.run(

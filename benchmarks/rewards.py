@@ -33,7 +33,7 @@ each in a fresh process, and prints accuracy, false positives, false negatives a
     .venv/bin/python benchmarks/rewards.py --external
 
 Hostile batches (issue 13): the same completions scored by ``grpoflow.rewards.verify`` from ``--threads``
-threads, as verl's reward workers call it (``adversarial.run_like_verl``), once clean and once with
+threads, as verl's reward workers call it (``adversarial.run_in_scorer_threads``), once clean and once with
 ``--hostile`` (10 %) of them replaced by pathological ones — the same reasoning, then a final answer that is a
 huge exponent, a tower, a factorial, deep nesting, thousands of digits or a long letter run after a number —
 reporting completions per second for both, their ratio and the slowest call. The worker pool's size and budget
@@ -329,7 +329,9 @@ def threaded_rate(items: list[Item], threads: int) -> dict:
     from grpoflow.rewards import adversarial, reset_caches
 
     reset_caches()
-    report = adversarial.run_like_verl([(it.completion, it.truth) for it in items], threads=threads, deadline_s=600)
+    report = adversarial.run_in_scorer_threads(
+        [(it.completion, it.truth) for it in items], threads=threads, deadline_s=600
+    )
     return {
         "rate": report.n / report.seconds,
         "slowest": report.slowest_s,

@@ -8,7 +8,7 @@ step 0 → the rule's shell), whose shell is train_grpo's own (read from rules/t
 command shape: ``python -m grpoflow.backends.trl.launch`` → torchrun → stand-in ranks (``--processes 2``), or the
 stand-in rank alone (``--processes 1``: one-process runs such as recipe 004's config). The job's time limit is
 ``--runtime`` minutes (with 1, a loaded machine may not have started the ranks by the lead's SIGTERM, which then
-kills them as it would a real rank still loading its model). A stand-in rank stops on SIGTERM as the TRL runner does (grpoflow.backends.common.SigtermStop) and then
+kills them as it would a real rank still loading its model). A stand-in rank stops on SIGTERM as the TRL runner does (grpoflow.training.common.SigtermStop) and then
 "saves" for ``--save-s`` seconds: with the default (900) it is still saving when SLURM's SIGKILL comes, which
 measures how long a rank has from its first SIGTERM to SIGKILL. With ``--save-s`` between the two, it shows whether
 a save that fits finishes.
@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO / "tests"))
 RANK = """
 import os, sys, time
 from pathlib import Path
-from grpoflow.backends.common import SigtermStop
+from grpoflow.training.common import SigtermStop
 from grpoflow.backends.trl.launch import unblock_stop_signal
 
 unblock_stop_signal()

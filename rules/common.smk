@@ -111,6 +111,7 @@ if "tpu" not in workflow.global_resources:
     workflow.register_resource("tpu", 1)
 
 from grpoflow import backends as _backends
+from grpoflow import planes as _planes
 from grpoflow.evaluation.backends import evaluation_row as _evaluation_row
 
 # GPU jobs on this machine take turns likewise (grpoflow.local_gpus): when Snakemake runs the jobs itself, `gpu` is a
@@ -132,24 +133,22 @@ if _GPU_LIMIT and asks_for_gpus():
 
 def experiment_tpu(wildcards):
     e = exp(wildcards)
-    return 1 if _backends.of(e).accelerator(e) == _backends.TPU else 0
+    return 1 if _backends.of(e).accelerator(e) == _planes.TPU else 0
 
 
 def evaluation_tpu():
-    return 1 if _evaluation_row(CFG.evaluation).accelerator == _backends.TPU else 0
+    return 1 if _evaluation_row(CFG.evaluation).accelerator == _planes.TPU else 0
 
 
-# The TPU a job was declared for, exported as GRPOFLOW_TUNIX_TPU: the job stops at its start when JAX runs on
-# something else (grpoflow.backends.tunix.device). Params of input/output: declaring a TPU reruns nothing.
-from grpoflow.backends.tunix import device as _tunix_device
-
-
+# The device a job was declared for (its backend's answer: a Tunix experiment's tunix.tpu), exported as
+# GRPOFLOW_TUNIX_TPU: the job stops at its start when JAX runs on something else. Params of input/output: declaring
+# one reruns nothing.
 def train_declared_tpu(wildcards, input, output):
-    return _tunix_device.experiment_tpu(exp(wildcards))
+    return _backends.declared_device(exp(wildcards))
 
 
 def evaluation_declared_tpu(wildcards, input, output):
-    return _tunix_device.evaluation_tpu(CFG.evaluation, CFG.experiments)
+    return _backends.evaluation_device(CFG.evaluation, CFG.experiments)
 
 
 # ---- data ---------------------------------------------------------------------------------------------------
@@ -351,8 +350,6 @@ from grpoflow.backends import attempt_runtime as _attempt_runtime
 from grpoflow.backends import slurm_resources as _slurm_resources
 from grpoflow.backends import stop_signal as _stop_signal
 from grpoflow.backends import training_command as _training_command
-from grpoflow.evaluation.settings import benchmark_prompt as _benchmark_prompt
-from grpoflow.evaluation.settings import evaluation_settings as _evaluation_settings
 from grpoflow.hub import card_sources as _card_sources
 from grpoflow.report import experiment_rewards as _experiment_rewards
 from grpoflow.report import experiment_summary as _experiment_summary
@@ -425,7 +422,10 @@ def evaluate_job(wildcards, input, output):
             "benchmark_name": wildcards.benchmark,
             "benchmark": CFG.evaluation["benchmarks"][wildcards.benchmark],
             "prompt": benchmark_prompt(wildcards.benchmark),
-            "settings": evaluation_settings(),
+            # The benchmark's plan as config load resolved it (grpoflow.evaluation.settings.BenchmarkRun): the job
+            # decodes it and resolves nothing. (The rule's `settings` param, which reruns the job when they change,
+            # stays as it was.)
+            "run": CFG.benchmark_runs[wildcards.benchmark].as_json(),
             "inputs": dict(input.items()),
             # The plane the job runs in: it picks the job's checks (vLLM's CPU build: no GPU check). In this param of
             # input/output, which no rerun trigger compares, rather than on the shell line: a changed shell line
@@ -439,11 +439,11 @@ def evaluate_job(wildcards, input, output):
 
 
 def benchmark_prompt(benchmark):
-    return _benchmark_prompt(CFG, benchmark)
+    return CFG.benchmark_prompt(benchmark)
 
 
 def evaluation_settings():
-    return _evaluation_settings(CFG)
+    return CFG.evaluation_settings()
 
 
 def report_experiment_summary(experiment):

@@ -10,8 +10,8 @@ Edges, each with the file and line that makes it:
 - ``dynamic``: an ``importlib.import_module(...)`` / ``import_module(...)`` / ``__import__(...)`` call. Its targets:
   a string literal; an f-string, with each ``{...}`` replaced by every name of the registries in ``REGISTRY_NAMES``
   (``f"grpoflow.backends.{backend}.merge"``: one edge per backend that has that module); any other argument by
-  the module names written in the registry table ``DYNAMIC_ARGUMENTS`` names for that call site (``BACKENDS``'s
-  values for ``grpoflow.backends.get``). A call none of these resolves is listed by ``unresolved_dynamic_imports``
+  the module names written in the registry table ``DYNAMIC_ARGUMENTS`` names for that call site (the evaluation
+  backends' modules for ``grpoflow.evaluation.run``). A call none of these resolves is listed by ``unresolved_dynamic_imports``
   (a test fails on it: name its registry in ``DYNAMIC_ARGUMENTS``);
 - ``type``: an import under ``if TYPE_CHECKING:``, and every name an annotation uses (string annotations parsed)
   that the module imported from another grpoflow module, by any import.
@@ -42,15 +42,17 @@ ALL = RUNTIME | TYPE
 # A dynamic import whose argument is neither a literal nor an f-string: (calling module, the argument as written) ->
 # (module, table) whose module-name strings are its targets. Each table is a registry written in the source.
 DYNAMIC_ARGUMENTS: dict[tuple[str, str], tuple[str, str]] = {
-    ("grpoflow.backends", "module"): ("grpoflow.backends", "BACKENDS"),
-    ("grpoflow.workflow", "module"): ("grpoflow.workflow", "SHELL_JOBS"),
+    ("grpoflow.job", "module"): ("grpoflow.job", "SHELL_JOBS"),
     ("grpoflow.evaluation.run", "evaluation_backend(run.backend).module"): (
         "grpoflow.evaluation.backends",
         "EVALUATION_BACKENDS",
     ),
 }
 # The registries whose names an f-string's ``{...}`` stands for: (module, table) -> its keys are the names.
-REGISTRY_NAMES: tuple[tuple[str, str], ...] = (("grpoflow.backends", "BACKENDS"),)
+REGISTRY_NAMES: tuple[tuple[str, str], ...] = ()
+# The training backends' registry: one import line per backend, ``from grpoflow.backends.<name> import BACKEND as
+# <name>`` (its names are those of the f-strings too).
+BACKEND_REGISTRY = "grpoflow.backends.registry"
 
 
 @dataclass(frozen=True, order=True)
@@ -194,8 +196,22 @@ def table_names(module: str, table: str) -> list[str]:
     return [k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
 
 
+def registry_lines(module: str = BACKEND_REGISTRY) -> dict[str, str]:
+    """name -> package of each line ``from <package> import BACKEND as <name>`` of the backend registry."""
+    if module not in modules():
+        return {}
+    return {
+        alias.asname: node.module
+        for node in tree(modules()[module]).body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+        if alias.name == "BACKEND" and alias.asname
+    }
+
+
 def registry_names() -> list[str]:
-    return sorted({n for module, table in REGISTRY_NAMES for n in table_names(module, table)})
+    tables = {n for module, table in REGISTRY_NAMES for n in table_names(module, table)}
+    return sorted(tables | set(registry_lines()))
 
 
 def _fstring_targets(node: ast.JoinedStr) -> list[str]:

@@ -3,7 +3,8 @@ module or knowledge outside its folder"). Read from the source; used by tests/te
 benchmarks/architecture.py.
 
 A backend's folder is ``src/grpoflow/backends/<name>/``. Everything else is outside it: the rest of
-``src/grpoflow`` (the registry ``backends/__init__.py`` and the shared ``backends/common.py`` included), another
+``src/grpoflow`` (the registry's resolver ``backends/__init__.py``, its table ``registry.py`` and the shared
+``training/`` included), another
 backend's folder, ``workflow/scripts``, the ``Snakefile`` and ``rules/*.smk`` (as Snakemake's parser translates
 them) and the schema ``src/grpoflow/schema/config.schema.yaml``. Docstrings and comments are not code and are not
 read; messages are (a message that names a backend's setting is that backend's knowledge).
@@ -11,13 +12,14 @@ read; messages are (a message that names a backend's setting is that backend's k
 The rules, each finding one ``Finding``:
 
 - ``import``: an import of a module in a backend's folder, of any kind (module level, in a function, importlib,
-  ``TYPE_CHECKING``/annotation); the registry's own table (``BACKENDS``, the only way in) is allowed;
+  ``TYPE_CHECKING``/annotation); the registry's own lines (``grpoflow.backends.registry``: ``from
+  grpoflow.backends.<name> import BACKEND as <name>``, the only way in) are allowed;
 - ``layout``: a string that spells where every backend's modules are (``f"grpoflow.backends.{backend}.runner"``);
 - ``name``: a string equal to a backend's name (``"verl"``), in a comparison or anywhere else;
 - ``key``: a string naming a backend's own setting (``trl.vllm``, a key of its ``schema.yaml``), a verl Hydra
   root (``actor_rollout_ref``), or an environment variable or constant spelled with its name (``GRPOFLOW_TUNIX_TPU``);
 - ``definition``: a function, class, constant, parameter or module named after a backend (``check_trl_gpu``,
-  ``rewards/verl.py``, ``envcheck.VERL``);
+  ``backends/verl/rewards.py``, ``envcheck.VERL``);
 - ``registers itself``: a backend module that registers a function into a table outside its folder when it is
   imported (``@register_backend_check``): the registry must list, not be filled by side effects;
 - ``schema``: a key or text of the shared schema that names a backend.
@@ -135,7 +137,7 @@ def _registry_table(tree: ast.AST) -> set[int]:
 def python_findings(path: str, tree: ast.AST, own: str | None, linemap: dict[int, int]) -> list[Finding]:
     """The name, key, layout and definition findings of one file's Python."""
     found = []
-    skip = _docstrings(tree) | (_registry_table(tree) if path == "src/grpoflow/backends/__init__.py" else set())
+    skip = _docstrings(tree) | (_registry_table(tree) if path == "src/grpoflow/backends/registry.py" else set())
     others = [n for n in names() if n != own]
 
     def at(node) -> int:
@@ -172,7 +174,7 @@ def _excerpt(text: str, pattern: re.Pattern) -> str:
 
 def _import_findings() -> list[Finding]:
     found = []
-    registry_table = set(A.table_modules("grpoflow.backends", "BACKENDS"))
+    registry_lines = set(A.registry_lines().values())
     for e in [*A.edges(), *A.workflow_edges()]:
         target = e.target.split(".")
         if len(target) < 3 or target[1] != "backends" or target[2] not in names():
@@ -181,7 +183,7 @@ def _import_findings() -> list[Finding]:
         source = e.source.split(".")
         if len(source) > 2 and source[1] == "backends" and source[2] == name:
             continue
-        if e.source == "grpoflow.backends" and e.kind == "dynamic" and e.target in registry_table:
+        if e.source == A.BACKEND_REGISTRY and e.kind == "module" and e.target in registry_lines:
             continue
         found.append(Finding(e.path, e.line, "import", name, f"{e.source} -> {e.target} ({e.kind})"))
     return found

@@ -2,7 +2,7 @@
 dispatches on a training backend's name; it asks the backend's interface (``grpoflow.backends.INTERFACE``).
 
 The rule, over the Python of ``src/grpoflow`` and of the workflow (``Snakefile``, ``rules/*.smk`` as Snakemake's own
-parser translates them, ``workflow/scripts``): a name of ``grpoflow.backends.BACKENDS`` written as a string literal
+parser translates them, ``workflow/scripts``): a name of ``grpoflow.backends.registry.BACKENDS`` written as a string literal
 may not be
 
 - an operand of a comparison (``==``, ``!=``, ``in``, ``not in``, ``is``), alone or inside a tuple, list or set
@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 from grpoflow_testing import REPO
 
-from grpoflow.backends import BACKENDS
+from grpoflow.backends.registry import BACKENDS
 
 NAMES = frozenset(BACKENDS)
 # (path relative to the repo, line's name) -> why that dispatch is allowed. Empty: there is none today.

@@ -78,7 +78,7 @@ BAD = [
     (
         ("experiments", "tiny-arith-seed1", "backend"),
         "deepspeed",
-        ["experiments.tiny-arith-seed1.backend", "'deepspeed'", "trl, verl"],
+        ["experiments.tiny-arith-seed1.backend", "'deepspeed'", "trl, tunix, verl"],
     ),
     (("datasets", "arith", "format"), "xml", ["datasets.arith.format", "gsm8k, boxed, plain"]),
     (
@@ -208,7 +208,6 @@ def _shuffled(obj, rng):
 def _params_of(cfg) -> list[str]:
     """What the rules hand Snakemake as params, as Snakemake compares them (repr)."""
     from grpoflow.backends import training_command
-    from grpoflow.evaluation.settings import evaluation_settings
     from grpoflow.report import experiment_summary
 
     out = [
@@ -218,7 +217,7 @@ def _params_of(cfg) -> list[str]:
         repr(cfg.report),
         repr(cfg.demo),
         repr(cfg.models),
-        repr(evaluation_settings(cfg)),
+        repr(cfg.evaluation_settings()),
         repr({e: experiment_summary(cfg.experiment(e)) for e in cfg.experiments}),
     ]
     for name in cfg.experiments:

@@ -11,6 +11,8 @@ import pytest
 from grpoflow_testing import REPO, make_workdir, snakemake
 
 from grpoflow import envcheck
+from grpoflow.backends.verl.environment import MERGE as VERL_MERGE
+from grpoflow.backends.verl.environment import training_needs
 from grpoflow.deployment import CLUSTER, LOCAL, TUNIX, VLLM_CPU, JobEnv, job_envs
 from grpoflow.errors import GrpoflowError
 
@@ -68,7 +70,7 @@ def test_every_python_call_of_a_command_gets_the_interpreter_and_nothing_else():
 
 
 def test_train_check_follows_the_trainers_overrides():
-    names = lambda ov: [m for m, _, _ in envcheck.train_verl_needs(ov)]  # noqa: E731
+    names = lambda ov: [m for m, _, _ in training_needs(ov)]  # noqa: E731
     assert names({}) == ["verl", "transfer_queue", "vllm", "flash_attn"]
     assert names(
         {"trainer.use_v1": "false", "actor_rollout_ref.model.override_config.attn_implementation": "sdpa"}
@@ -81,7 +83,7 @@ def test_a_missing_package_is_one_line_naming_the_interpreter_and_the_settings()
     msg = str(err.value)
     assert "\n" not in msg and sys.executable in msg and "vllm (verl[vllm]) (for evaluation.backend: vllm)" in msg
     assert "cluster_env.python" in msg and "--sdm conda" in msg
-    envcheck.check("merge-verl")  # verl is installed here: passes
+    envcheck.check(VERL_MERGE)  # verl is installed here: passes
     proc = subprocess.run(
         [sys.executable, "-m", "grpoflow.envcheck", "eval-vllm"], capture_output=True, text=True, timeout=60
     )
@@ -113,11 +115,16 @@ def test_dry_run_shows_each_job_with_its_interpreter(tmp_path):
     assert "module load cuda; source /s/venv/bin/activate && python -m grpoflow.workflow merge_checkpoint" in out
 
 
-def test_shell_job_runs_the_library_function_with_its_check_first(tmp_path):
-    """`python -m grpoflow.workflow evaluate` with evaluation.backend vllm stops at the check, before reading any input."""
+@pytest.mark.parametrize(
+    "entry", [("grpoflow.job", "--plan"), ("grpoflow.workflow", "--kwargs")], ids=["job", "workflow-shim"]
+)
+def test_shell_job_runs_the_library_function_with_its_check_first(tmp_path, entry):
+    """`python -m grpoflow.job evaluate --plan` (and its shim `python -m grpoflow.workflow evaluate --kwargs`, which
+    finished runs' shell lines name) with evaluation.backend vllm stops at the check, before reading any input."""
+    module, flag = entry
     log = tmp_path / "eval.log"
     kwargs = {
-        "settings": {"backend": "vllm"},
+        "run": {"settings": {"backend": "vllm"}},
         "model_name": "m",
         "model": {},
         "benchmark_name": "b",
@@ -128,7 +135,7 @@ def test_shell_job_runs_the_library_function_with_its_check_first(tmp_path):
         "samples_path": str(tmp_path / "s.jsonl"),
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "grpoflow.workflow", "evaluate", "--log", str(log), "--kwargs", json.dumps(kwargs)],
+        [sys.executable, "-m", module, "evaluate", "--log", str(log), flag, json.dumps(kwargs)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -158,7 +158,7 @@ def test_the_eval_part_runs_the_evaluate_job_on_the_model_given(tmp_path):
     assert argv[1:4] == ["-m", "grpoflow.workflow", "evaluate"]
     kwargs = json.loads(argv[argv.index("--kwargs") + 1])
     assert kwargs["model"] == {"kind": "external", "path": str(model)}
-    assert kwargs["settings"]["backend"] == "transformers"
+    assert kwargs["run"]["settings"]["backend"] == "transformers"
     assert (kwargs["benchmark"]["dataset"], kwargs["benchmark"]["split"]) == ("arith", "test")
 
 
@@ -230,14 +230,14 @@ def test_dry_composes_the_verl_part_as_the_train_grpo_rule_does_and_verl_accepts
     overrides = dict(a.split("=", 1) for a in argv[3:] if "=" in a)
     assert overrides["trainer.total_training_steps"] == "2" and overrides["trainer.n_gpus_per_node"] == "1"
     assert overrides["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "1"
-    assert overrides["reward.custom_reward_function.path"] == "pkg://grpoflow.rewards.verl"
+    assert overrides["reward.custom_reward_function.path"] == "pkg://grpoflow.backends.verl.rewards"
     assert overrides["actor_rollout_ref.model.path"].endswith("sft-v512.json)")
     assert len(set(r["threads"].values())) == 1, "Snakemake's six thread variables, equal"
     merge = shlex.split(r["merge"])
     assert merge[1:4] == ["-m", "grpoflow.workflow", "merge_checkpoint"]
     assert json.loads(merge[merge.index("--kwargs") + 1])["backend"] == "verl"
     evaluate = shlex.split(r["evaluate"])
-    assert json.loads(evaluate[evaluate.index("--kwargs") + 1])["settings"]["backend"] == "vllm"
+    assert json.loads(evaluate[evaluate.index("--kwargs") + 1])["run"]["settings"]["backend"] == "vllm"
 
 
 def test_dry_runs_colocate_with_vllm_a_moving_rate_and_rewards_that_differ(tmp_path):

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import yaml
 
-from grpoflow.backends.common import map_metrics
 from grpoflow.backends.trl import METRICS as TRL_METRICS
 from grpoflow.health import (
     CHECKS,
@@ -25,6 +24,7 @@ from grpoflow.health import (
     assess,
     window_for,
 )
+from grpoflow.training.common import map_metrics
 
 SCHEMA = Path(__file__).resolve().parent.parent / "src/grpoflow/schema/config.schema.yaml"
 DEMO_ROWS = Path(__file__).resolve().parent / "health" / "demo-seed2.train_metrics.jsonl"
@@ -162,8 +162,8 @@ def test_one_low_first_step_does_not_make_a_run_learned():
 def test_the_default_health_setting_leaves_the_training_command_unchanged():
     """A key new to the training spec changes the command, and Snakemake reruns every finished run after an
     upgrade (and merge and evaluation after it): the default stays out of the spec, a changed setting goes in."""
-    from grpoflow.backends.common import training_spec
     from grpoflow.config import deep_merge, resolve_config
+    from grpoflow.training.common import training_spec
 
     raw = yaml.safe_load((SCHEMA.parents[3] / "config" / "config.yaml").read_text())
     io = ({"sft": "s.json", "train": "t.parquet"}, {"marker": "m.json", "metrics": "x.jsonl"})
@@ -279,7 +279,7 @@ def test_a_resumed_monitor_continues_from_the_rows_already_written(tmp_path, cap
     """Item 9: TRL and Tunix started an empty monitor after a resume, so a run resumed at step 55 fired reward_flat
     at its own 30th step (85) or never, while the report's replay said step 60. The monitor is built from the rows
     written before the resume (backends.common.health_monitor, as both runners call it)."""
-    from grpoflow.backends.common import append_live_metrics, health_monitor
+    from grpoflow.training.common import append_live_metrics, health_monitor
 
     rows = reward_rows(grpo_rewards(lambda s: 0.5, 100, 7))
     live = tmp_path / "train_metrics.jsonl"

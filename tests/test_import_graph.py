@@ -2,19 +2,20 @@
 import``, at module level or inside a function; ``importlib`` targets; ``if TYPE_CHECKING:`` imports and the names
 annotations use, for the type level): no import circle.
 
-Kept passing: no circle among the static imports (module level and inside functions). Issue 42's guards, marked
-``xfail(strict=True)`` while today's code fails them (each failure prints the circles, and an edge of each with its
-file and line); the day one passes, strict xfail turns it into a failure: remove its marker then.
+Kept passing (each failure prints the circles, and an edge of each with its file and line):
 
-- no circle once ``importlib`` targets are edges (the registry's table, f-strings over the backends' names);
-- no package depends on itself through others (packages: ``archgraph.package_of``, each backend its own);
-- no circle at the type level (annotations, ``TYPE_CHECKING`` imports, string annotations).
+- no circle among the static imports (module level and inside functions);
+- no circle once ``importlib`` targets are edges (literals, f-strings over the backends' names, registry tables);
+- no package depends on itself through others (packages: ``archgraph.package_of``, each backend its own).
+
+Issue 42's remaining guard, ``xfail(strict=True)`` while the code fails it (the day it passes, strict xfail turns it
+into a failure: remove its marker then): no circle at the type level (annotations, ``TYPE_CHECKING`` imports, string
+annotations).
 """
 
 from __future__ import annotations
 
 import archgraph as A
-import pytest
 
 ISSUE_42 = "issue 42 ({}): {}; the failure lists them, with an edge of each (file:line)"
 
@@ -39,7 +40,7 @@ def describe(g: dict[str, set[str]], kinds, collapse=None) -> str:
 def test_the_graph_is_read_from_the_source():
     graph = A.graph(A.STATIC)
     assert "grpoflow.errors" in graph["grpoflow.config"]  # module level
-    assert "grpoflow.envcheck" in graph["grpoflow.workflow"]  # inside a function
+    assert "grpoflow.envcheck" in graph["grpoflow.job"]  # inside a function
     assert graph["grpoflow.errors"] == set() and graph["grpoflow.hubid"] == set()
 
 
@@ -58,9 +59,10 @@ def test_every_importlib_call_is_an_edge():
         "importlib calls the graph cannot follow: name the registry table each reads in archgraph.DYNAMIC_ARGUMENTS"
     )
     dynamic = {(e.source, e.target) for e in A.edges() if e.kind == "dynamic"}
-    assert ("grpoflow.backends", "grpoflow.backends.verl") in dynamic  # BACKENDS's values
+    registry = {(e.source, e.target) for e in A.edges() if e.kind == "module"}
+    assert ("grpoflow.backends.registry", "grpoflow.backends.verl") in registry  # a registry line, no importlib
     assert ("grpoflow.evaluation.run", "grpoflow.evaluation.vllm_backend") in dynamic  # EVALUATION_BACKENDS's modules
-    assert ("grpoflow.workflow", "grpoflow.merge") in dynamic  # SHELL_JOBS's modules
+    assert ("grpoflow.job", "grpoflow.merge") in dynamic  # SHELL_JOBS's modules
 
 
 def test_the_graph_reads_each_kind_of_edge(tmp_path, monkeypatch):
@@ -71,7 +73,8 @@ def test_the_graph_reads_each_kind_of_edge(tmp_path, monkeypatch):
     files = {
         "__init__.py": "",
         "low.py": "class T: ...\n",
-        "backends/__init__.py": 'BACKENDS = {"x": "grpoflow.backends.x"}\n',
+        "backends/__init__.py": "",
+        "backends/registry.py": "from grpoflow.backends.x import BACKEND as x\n",
         "backends/x/__init__.py": "",
         "backends/x/run.py": "",
         "table.py": 'TABLE = {"a": ("grpoflow.low", 1)}\n',
@@ -124,15 +127,11 @@ def test_packages_are_folders_and_each_backend_is_its_own():
     assert A.area_of("grpoflow.backends.verl.checks") == "backends"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=ISSUE_42.format("hallway", "importlib closes circles"))
 def test_no_import_circle_through_importlib():
     g = A.graph(A.RUNTIME)
     assert A.circles(g) == [], "import circles through importlib:\n" + describe(g, A.RUNTIME)
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason=ISSUE_42.format("still a loop", "packages that depend on themselves")
-)
 def test_no_package_depends_on_itself_through_others():
     g = A.graph(A.RUNTIME, A.package_of)
     assert A.circles(g) == [], "packages that depend on themselves through others:\n" + describe(
@@ -140,7 +139,6 @@ def test_no_package_depends_on_itself_through_others():
     )
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=ISSUE_42.format("still a loop", "config <-> settings"))
 def test_no_circle_at_the_type_level():
     g = A.graph(A.TYPE)
     assert A.circles(g) == [], "circles at the type level:\n" + describe(g, A.TYPE)

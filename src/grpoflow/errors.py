@@ -1,7 +1,7 @@
 """The one exception type users see.
 
 A ``GrpoflowError`` carries a complete one-line message: what is wrong, and the config key, path or command
-that fixes it. Workflow entry points (``grpoflow.workflow.run_job``) print it as a single line and exit 1;
+that fixes it. Workflow entry points (``grpoflow.job.run_job``) print it as a single line and exit 1;
 anything else is a bug and gets a traceback in the job's log.
 """
 

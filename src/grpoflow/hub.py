@@ -25,9 +25,9 @@ from pathlib import Path
 
 import yaml
 
-from grpoflow.config import is_credential_name
+from grpoflow.credentials import is_credential_name
 from grpoflow.errors import GrpoflowError
-from grpoflow.evaluation.generation import first_line
+from grpoflow.generation import first_line
 from grpoflow.hubid import HUB_ID
 from grpoflow.io import atomic_write_json, read_json, sha256_file
 
@@ -63,7 +63,7 @@ def _public_config(experiment_cfg: dict) -> dict:
             return {k: redact(v, k, under_env or (key == "env")) for k, v in value.items()}
         if isinstance(value, list):
             return [redact(v) for v in value]
-        # The same rule that keeps credentials out of the config (grpoflow.config.is_credential_name).
+        # The same rule that keeps credentials out of the config (grpoflow.credentials.is_credential_name).
         return "<redacted>" if under_env or is_credential_name(key) else value
 
     cfg = redact(copy.deepcopy(experiment_cfg))
@@ -81,7 +81,7 @@ def card_sources(cfg, experiment: str) -> dict:
     """What the model card names beyond the experiment's own settings (from the resolved config ``cfg``): the
     training dataset's Hub repo and revision (or its local name) and prompt, and each benchmark's Hub repo,
     revision, config and split when it comes from the Hub."""
-    from grpoflow.evaluation.registry import hub_source
+    from grpoflow.schema.benchmarks import hub_source
 
     exp = cfg.experiment(experiment)
 
@@ -117,7 +117,7 @@ def card_sources(cfg, experiment: str) -> dict:
 
 
 def _builtin_files(name: str) -> dict | None:
-    from grpoflow.evaluation.registry import BUILTIN
+    from grpoflow.schema.benchmarks import BUILTIN
 
     return BUILTIN[name]["dataset"]["hub"].get("files")
 

@@ -1,9 +1,9 @@
 """`merge_checkpoint`: a training checkpoint → a plain Hugging Face model dir (``results/{experiment}/model``).
 
-Each backend converts its own checkpoints (``grpoflow.backends.<name>.merge.merge``): verl's FSDP shards with
+Each backend converts its own checkpoints (its Backend object's ``merge``): verl's FSDP shards with
 verl's merger, TRL's ``checkpoint-N/`` as it is (a PEFT adapter merged into the SFT start), Tunix's Orbax step
-exported tensor by tensor. LoRA adapters are merged with PEFT here (``peft_merge``: in float32, saved in the base's
-dtype), so evaluation gets a plain model.
+exported tensor by tensor. LoRA adapters are merged with PEFT (grpoflow.training.merging.peft_merge: in float32, saved in the
+base's dtype), so evaluation gets a plain model.
 
 Then, before the dir is moved into place (atomically, so a failed merge never leaves a model that looks
 done): the weights load with transformers (no missing, unexpected or resized tensor; all finite), the tokenizer
@@ -13,7 +13,6 @@ checkpoint has none). ``grpoflow_merge.json`` in the model dir records what was 
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -23,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from grpoflow.backends import BACKENDS
+from grpoflow import backends
 from grpoflow.errors import GrpoflowError
 from grpoflow.io import atomic_dir, atomic_write_json, read_json
 from grpoflow.provenance import compute_environment
@@ -31,7 +30,6 @@ from grpoflow.provenance import compute_environment
 log = logging.getLogger("grpoflow.merge")
 
 MERGE_RECORD = "grpoflow_merge.json"
-LORA_SUBDIR = "lora_adapter"  # where verl's merger puts the adapter; kept in the output for LoRA serving
 
 
 # ---- entry point --------------------------------------------------------------------------------------------
@@ -48,13 +46,13 @@ def merge_checkpoint(
     step = int(final if step in ("last", None) else step)
     out = Path(out_dir)
     with atomic_dir(out) as tmp:
-        if backend not in BACKENDS:
+        if backend not in backends.names():
             raise GrpoflowError(f"merge_checkpoint: unknown backend {backend!r}")
-        # Each backend's own merge (grpoflow.backends.<name>.merge), imported only here: its trainer's libraries.
-        # CHECK_WITH: how the backend's environment can check the result (the Tunix one has no torch).
-        backend_merge = importlib.import_module(f"grpoflow.backends.{backend}.merge")
-        info = backend_merge.merge(checkpoint_dir, step, base, tmp)
-        info["checks"] = check_merged(tmp, base, load_with=getattr(backend_merge, "CHECK_WITH", "transformers"))
+        # The backend's own merge (its Backend object's merge imports its trainer's libraries, only here), checked
+        # the way its environment can (MERGE_CHECKED_WITH: the Tunix one has no torch).
+        converter = backends.get(backend)
+        info = converter.merge(checkpoint_dir, step, base, tmp)
+        info["checks"] = check_merged(tmp, base, load_with=converter.MERGE_CHECKED_WITH)
         info.update(
             {"backend": backend, "step": step, "base_model": base, "seconds": round(time.monotonic() - started, 1)}
         )
@@ -67,44 +65,6 @@ def merge_checkpoint(
 
 
 # ---- shared pieces ------------------------------------------------------------------------------------------
-
-
-def adapter_info(adapter: Path) -> dict | None:
-    cfg = adapter / "adapter_config.json"
-    if not cfg.is_file():
-        return None
-    data = json.loads(cfg.read_text())
-    return {k: data.get(k) for k in ("r", "lora_alpha", "target_modules", "use_rslora")}
-
-
-def peft_merge(base: str, adapter: Path, out: Path) -> None:
-    """Merge a PEFT LoRA adapter into ``base`` (computed in float32, saved in the base's dtype)."""
-    import torch
-    from peft import PeftModel
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    cfg = AutoConfig.from_pretrained(base)
-    dtype = getattr(cfg, "dtype", None) or getattr(cfg, "torch_dtype", None) or torch.float32
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
-    model, info = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, output_loading_info=True)
-    missing = info.get("missing_keys") or []
-    if missing:
-        raise GrpoflowError(
-            f"the base model {base} lacks {len(missing)} weight(s) (e.g. {missing[0]}): cannot merge the LoRA adapter into it"
-        )
-    model = PeftModel.from_pretrained(model, str(adapter))
-    merged = model.merge_and_unload()
-    if any("lora_" in n for n, _ in merged.named_parameters()):
-        raise GrpoflowError(f"PEFT left LoRA layers in the model after merging {adapter}")
-    merged.to(dtype).save_pretrained(out, safe_serialization=True)
-    log.info("merged LoRA adapter %s into %s (saved as %s)", adapter, base, dtype)
-
-
-def copy_tokenizer(src: Path, out: Path) -> None:
-    from transformers import AutoTokenizer
-
-    AutoTokenizer.from_pretrained(src).save_pretrained(out)
 
 
 def _local_model_dir(base: str) -> Path | None:

@@ -42,9 +42,9 @@ import subprocess
 from dataclasses import dataclass, field
 
 from grpoflow import backends, envcheck
-from grpoflow.backends import HUB_WEIGHT_BYTES
 from grpoflow.deployment import ENV_KEYS, LOCAL, MADE_VENVS, JobEnv
 from grpoflow.evaluation.backends import evaluation_row
+from grpoflow.training.memory import HUB_WEIGHT_BYTES
 
 # Each start check's own off switch (an environment variable set to 1), named in its refusals.
 SKIP_PARTITION_CHECK = "GRPOFLOW_SKIP_PARTITION_CHECK"
@@ -95,7 +95,7 @@ def job_needs(cfg, rule: str, wildcards: dict) -> tuple[str, str, list[tuple[str
     if rule == "evaluate":
         row = evaluation_row(cfg.evaluation)
         if row.check:
-            return row.plane, f"evaluate ({wildcards['model']}, {wildcards['benchmark']})", envcheck.NEEDS[row.check]
+            return row.plane, f"evaluate ({wildcards['model']}, {wildcards['benchmark']})", envcheck.needs_of(row.check)
     return None
 
 
@@ -181,10 +181,10 @@ QUIET_BELOW = 1 * GB
 
 def model_architecture(exp: dict):
     """(Architecture, source) of the start model: ``architecture:``, else the config.json of a local ``sft.model``
-    dir, else a Qwen3 size in its names (grpoflow.backends.memory.architecture); (None, "") when unknown."""
+    dir, else a Qwen3 size in its names (grpoflow.training.memory.architecture); (None, "") when unknown."""
     import json
 
-    from grpoflow.backends.memory import Architecture, architecture
+    from grpoflow.training.memory import Architecture, architecture
 
     model = str((exp.get("sft") or {}).get("model") or "")
     if exp.get("architecture") or not os.path.isfile(os.path.join(model, "config.json")):
@@ -235,7 +235,7 @@ def merged_model_bytes(exp: dict) -> tuple[int, str] | None:
 def download_bytes(cfg, repo_id: str) -> int | None:
     """What download_model fetches for a Hub id: its weights at the Hub's bfloat16, from the architecture of an
     experiment that starts from it, else from the Qwen3 size in its name."""
-    from grpoflow.backends.memory import architecture
+    from grpoflow.training.memory import architecture
 
     starts = [e for e in cfg.experiments.values() if (e.get("sft") or {}).get("model") == repo_id]
     arch = next((a for a, _ in map(model_architecture, starts) if a), None)

@@ -1,4 +1,4 @@
-"""The shared memory model (grpoflow.backends.memory: sizes → phases → verdict) imports no backend, and each
+"""The shared memory model (grpoflow.training.memory: sizes → phases → verdict) imports no backend, and each
 backend's memory estimate is built on it, not on another backend's: adding a backend takes its own terms only.
 Read from the source, as tests/test_import_graph.py reads the import graph (every import, module level or inside a
 function)."""
@@ -26,13 +26,13 @@ def grpoflow_imports(path: Path) -> set[str]:
 
 
 def test_the_shared_model_imports_nothing_from_grpoflow():
-    assert grpoflow_imports(BACKENDS / "memory.py") == set()
+    assert grpoflow_imports(BACKENDS.parent / "training" / "memory.py") == set()
 
 
 @pytest.mark.parametrize("backend", WITH_MEMORY)
 def test_a_backends_memory_is_its_own_terms_over_the_shared_model(backend):
     assert len(WITH_MEMORY) >= 3  # verl, trl, tunix
-    assert "grpoflow.backends.memory" in grpoflow_imports(BACKENDS / backend / "memory.py")
+    assert "grpoflow.training.memory" in grpoflow_imports(BACKENDS / backend / "memory.py")
     # No module of the backend (its estimate, its checks, its sizes) takes memory types or numerics from another
     # backend's memory.py.
     others = {f"grpoflow.backends.{b}.memory" for b in WITH_MEMORY if b != backend}

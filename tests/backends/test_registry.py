@@ -1,5 +1,5 @@
 """The backend registry and the interface every backend provides; docs/backends.md's table is the SETTINGS tables;
-the shared writers and the checkpoint scanner of grpoflow.backends.common."""
+the shared writers and the checkpoint scanner of grpoflow.training.common."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import sys
 import pytest
 from grpoflow_testing import REPO
 
-from grpoflow import backends, envcheck
-from grpoflow.backends import common
+from grpoflow import backends, envcheck, planes
 from grpoflow.errors import GrpoflowError
+from grpoflow.training import common
 
 
 def test_each_backends_settings_section_is_its_folders_and_the_backend_enum_is_the_registry():
@@ -25,24 +25,24 @@ def test_each_backends_settings_section_is_its_folders_and_the_backend_enum_is_t
     from grpoflow.schema import load_schema
 
     text = (REPO / "src/grpoflow/schema/config.schema.yaml").read_text()
-    assert not [name for name in backends.BACKENDS if re.search(rf"^\s+{name}:", text, re.M)]
+    assert not [name for name in backends.names() if re.search(rf"^\s+{name}:", text, re.M)]
     schema = load_schema()
     experiment = schema["$defs"]["experiment"]["properties"]
-    assert experiment["backend"]["enum"] == list(backends.BACKENDS)
-    for name in backends.BACKENDS:
+    assert experiment["backend"]["enum"] == list(backends.names())
+    for name in backends.names():
         own = yaml.safe_load((REPO / f"src/grpoflow/backends/{name}/schema.yaml").read_text())
         assert experiment[name]["$ref"] == f"#/$defs/{name}"
         assert schema["$defs"][name]["properties"].keys() == own["properties"].keys()
 
 
-@pytest.mark.parametrize("name", sorted(backends.BACKENDS))
+@pytest.mark.parametrize("name", sorted(backends.names()))
 def test_every_backend_provides_the_interface(name):
     module = backends.get(name)
     for attr in backends.INTERFACE:
         assert hasattr(module, attr), f"grpoflow.backends.{name} lacks {attr}"
-    data = ("SETTINGS", "METRICS", "MERGE_CHECK")
+    data = ("name", "SETTINGS", "METRICS", "MERGE_CHECK", "MERGE_CHECKED_WITH", "GENERATOR")
     assert all(callable(getattr(module, f)) for f in backends.INTERFACE if f not in data)
-    assert module.MERGE_CHECK is None or module.MERGE_CHECK in envcheck.NEEDS
+    assert module.MERGE_CHECK is None or isinstance(module.MERGE_CHECK, envcheck.Check)
     assert module.SETTINGS and all(k.startswith("grpo.") for k in module.SETTINGS)
     assert module.METRICS and all(isinstance(v, str) for v in module.METRICS.values())
 
@@ -50,10 +50,22 @@ def test_every_backend_provides_the_interface(name):
 @pytest.mark.parametrize(
     "config, plane, accelerator, merge_check, summary",
     [
-        ("config/config.yaml", backends.LOCAL, backends.NO_ACCELERATOR, None, None),  # TRL on the CPU (the demo)
-        ("config/qwen2.5-math-1.5b-lora-binary.yaml", backends.CLUSTER, backends.GPU, None, "with TRL on 1 GPU"),
-        ("config/qwen3-32b-gsm8k.yaml", backends.CLUSTER, backends.GPU, "merge-verl", "with verl. GPU memory"),
-        ("config/qwen3-8b-gsm8k-tunix.yaml", backends.TUNIX, backends.TPU, "merge-tunix", "with Tunix on a v5p-8"),
+        ("config/config.yaml", planes.LOCAL, planes.NO_ACCELERATOR, None, None),  # TRL on the CPU (the demo)
+        ("config/qwen2.5-math-1.5b-lora-binary.yaml", planes.CLUSTER, planes.GPU, None, "with TRL on 1 GPU"),
+        (
+            "config/qwen3-32b-gsm8k.yaml",
+            planes.CLUSTER,
+            planes.GPU,
+            "merge_checkpoint (backend verl)",
+            "with verl. GPU memory",
+        ),
+        (
+            "config/qwen3-8b-gsm8k-tunix.yaml",
+            planes.TUNIX,
+            planes.TPU,
+            "merge_checkpoint (backend tunix)",
+            "with Tunix on a v5p-8",
+        ),
     ],
 )
 def test_each_backend_answers_what_the_workflow_asks_of_a_shipped_config(
@@ -67,23 +79,25 @@ def test_each_backend_answers_what_the_workflow_asks_of_a_shipped_config(
     cfg = resolve_config(load_shipped(config))
     name, exp = next(iter(cfg.experiments.items()))
     backend = backends.of(exp)
-    assert (backend.plane(exp), backend.accelerator(exp), backend.MERGE_CHECK) == (plane, accelerator, merge_check)
+    merge_job = backend.MERGE_CHECK.job if backend.MERGE_CHECK else None
+    assert (backend.plane(exp), backend.accelerator(exp), merge_job) == (plane, accelerator, merge_check)
     line = backend.summary(name, exp)
     assert line is None if summary is None else summary in line
     needs = {rule: backend.environment(exp, rule) for rule in ("train_grpo", "merge_checkpoint")}
-    if plane == backends.LOCAL:
+    if plane == planes.LOCAL:
         assert needs == {"train_grpo": None, "merge_checkpoint": None}
     else:
         assert all(needs.values()) and all(len(n) == 3 for rule in needs.values() for n in rule)
     if merge_check:
-        assert needs["merge_checkpoint"] == envcheck.NEEDS[merge_check]
+        assert needs["merge_checkpoint"] == envcheck.needs_of(backend.MERGE_CHECK)
 
 
-def test_the_schema_backends_are_the_registry():
-    from grpoflow.config import _backend_check
-
-    for name in backends.BACKENDS:
-        assert callable(_backend_check(name))
+def test_the_registry_is_a_table_and_each_backend_checks_its_own_section():
+    """The registry lists the backends (nothing registers itself on import); each Backend object's check runs at
+    config load, called by grpoflow.config through the registry."""
+    for name in backends.names():
+        backend = backends.get(name)
+        assert backend.name == name and callable(backend.check)
     with pytest.raises(KeyError, match="unknown backend"):
         backends.get("nope")
 
@@ -91,7 +105,7 @@ def test_the_schema_backends_are_the_registry():
 def test_importing_the_backends_imports_no_trainer():
     code = (
         "import sys, grpoflow.backends as b\n"
-        "[b.get(n) for n in b.BACKENDS]\n"
+        "[b.get(n) for n in b.names()]\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'trl', 'verl', 'ray', 'jax', 'transformers')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -169,7 +183,7 @@ def test_metrics_mapping_takes_numbers_first_listed_source_wins(tmp_path):
     assert [json.loads(line) for line in out.read_text().splitlines()] == [row]
 
 
-@pytest.mark.parametrize("name", sorted(backends.BACKENDS))
+@pytest.mark.parametrize("name", sorted(backends.names()))
 def test_every_backend_scans_with_the_common_scanner(name, tmp_path):
     assert backends.get(name).checkpoints(tmp_path) == {}
     assert backends.get(name).checkpoints(tmp_path / "missing") == {}

@@ -1,4 +1,4 @@
-"""The built-in benchmarks (grpoflow.evaluation.registry) fetched for real through huggingface_hub from the
+"""The built-in benchmarks (grpoflow.schema.benchmarks) fetched for real through huggingface_hub from the
 stand-in Hub server (tests/hub/fakehub.py) at their pinned revisions, converted as test-only datasets, and read
 offline afterwards; OlympiadBench's list answers graded right. The rows served are stand-ins written here in
 each repo's layout and columns (no benchmark data is shipped)."""
@@ -22,7 +22,7 @@ from grpoflow.config import resolve_config  # noqa: E402
 from grpoflow.data.convert import answer_list_ground_truth, convert_split  # noqa: E402
 from grpoflow.data.download import download_dataset  # noqa: E402
 from grpoflow.errors import ConfigError, DataError  # noqa: E402
-from grpoflow.evaluation.registry import BUILTIN  # noqa: E402
+from grpoflow.schema.benchmarks import BUILTIN  # noqa: E402
 
 MATH500_ROWS = [
     {

@@ -9,7 +9,8 @@ from evalkit import FakeVLLM, eos_model, tiny_model  # noqa: F401 (fixtures)
 
 from grpoflow.errors import DataError, GrpoflowError
 from grpoflow.evaluation import hf_backend, vllm_backend
-from grpoflow.evaluation.generation import (
+from grpoflow.evaluation.settings import generation_settings, with_defaults
+from grpoflow.generation import (
     ModelSource,
     completion_from_ids,
     encode_prompts,
@@ -18,7 +19,6 @@ from grpoflow.evaluation.generation import (
     resolve_model,
     stop_token_ids,
 )
-from grpoflow.evaluation.settings import generation_settings, with_defaults
 
 CONVERSATIONS = [
     [{"role": "system", "content": "Answer with a number."}, {"role": "user", "content": "What is 12 + 35?"}],

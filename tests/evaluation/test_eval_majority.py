@@ -4,7 +4,6 @@ comparisons one problem's vote makes is bounded. Completions are scored as ``eva
 
 from __future__ import annotations
 
-from grpoflow.evaluation.generation import Completion
 from grpoflow.evaluation.metrics import (
     MAX_VOTE_COMPARISONS,
     aggregate,
@@ -12,6 +11,7 @@ from grpoflow.evaluation.metrics import (
     score_completion,
     vote_clusters,
 )
+from grpoflow.generation import Completion
 
 
 def scored(answers: list[str], truth: str) -> list[dict]:

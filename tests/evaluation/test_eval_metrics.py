@@ -10,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grpoflow.errors import ConfigError
-from grpoflow.evaluation.generation import Completion
 from grpoflow.evaluation.metrics import aggregate, majority_correct, pass_at_k, pass_k_values, score_completion
 from grpoflow.evaluation.settings import (
     PRESETS,
@@ -19,6 +18,7 @@ from grpoflow.evaluation.settings import (
     generation_settings,
     with_defaults,
 )
+from grpoflow.generation import Completion
 
 
 @given(st.integers(1, 12).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(1, n))))

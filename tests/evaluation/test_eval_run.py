@@ -10,7 +10,7 @@ from evalkit import eos_model, tiny_model, verl_rows, write_jsonl, write_parquet
 
 from grpoflow.errors import DataError
 from grpoflow.evaluation.run import evaluate
-from grpoflow.evaluation.settings import with_defaults
+from grpoflow.evaluation.settings import resolve_benchmark, with_defaults
 
 REPO = Path(__file__).resolve().parents[2]
 # Evaluation-wide settings as config load fills them (grpoflow.evaluation.settings.with_defaults: the schema's).
@@ -31,7 +31,7 @@ def _run(tmp_path, model_path, bench, data, settings=SETTINGS, prompt=None, mode
         benchmark_name="bench",
         benchmark=bench,
         prompt=prompt,
-        settings=settings,
+        run=resolve_benchmark(settings, "bench", bench).as_json(),  # as config load resolves it
         inputs={"data": str(data)},
         metrics_path=str(out / "bench.json"),
         samples_path=str(out / "bench.samples.jsonl"),

@@ -51,7 +51,7 @@ def _dry(wd: Path, cfg: str) -> dict[str, int]:
 
 def _serve_builtin(hub: FakeHub, name: str, files: dict[str, bytes]) -> None:
     """Stand-in rows for a built-in benchmark, at the repo, revision and path its registry entry pins."""
-    from grpoflow.evaluation.registry import BUILTIN
+    from grpoflow.schema.benchmarks import BUILTIN
 
     spec = BUILTIN[name]["dataset"]["hub"]
     hub.add_dataset(spec["repo_id"], files, commit=spec["revision"])

@@ -6,20 +6,21 @@ registry's."""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 from grpoflow_testing import REPO, SHIPPED_CONFIGS, load_shipped, load_yaml
 
 from grpoflow.config import resolve_config
 from grpoflow.errors import ConfigError
-from grpoflow.evaluation import registry as eval_registry
 from grpoflow.evaluation.benchmarks import benchmark_source
-from grpoflow.evaluation.generation import ModelSource
-from grpoflow.evaluation.settings import PRESETS, BenchmarkRun, evaluation_settings, resolve_benchmark
+from grpoflow.evaluation.settings import PRESETS, BenchmarkRun, resolve_benchmark
 from grpoflow.evaluation.vllm_backend import engine_kwargs
+from grpoflow.generation import ModelSource
 from grpoflow.rewards import RewardSet
 from grpoflow.rewards.combine import needs_group_terms
 from grpoflow.rewards.registry import ResolvedRewards
+from grpoflow.schema import benchmarks as eval_registry
 from grpoflow.schema import load_schema
 
 # Read with .get on purpose: null (their schema default) and absent both mean "the preset's value", and a
@@ -38,16 +39,17 @@ def fresh_schema():
 
 @pytest.mark.parametrize("path", SHIPPED_CONFIGS)
 def test_config_load_resolves_what_the_evaluate_job_runs_with(path):
-    """The job gets the evaluation-wide settings and the benchmark entry (rules/common.smk evaluate_job) and
-    resolves them with the function config load ran: the same typed values, per benchmark."""
+    """The job gets its benchmark's plan as config load resolved it (rules/common.smk evaluate_job: JSON) and decodes
+    it: the same typed values, per benchmark; and the reward set a trainer builds is the one config load resolved."""
     cfg = resolve_config(load_shipped(path))
     assert set(cfg.benchmark_runs) == set(cfg.evaluation["benchmarks"])
     for name, run in cfg.benchmark_runs.items():
         assert isinstance(run, BenchmarkRun)
-        assert resolve_benchmark(evaluation_settings(cfg), name, cfg.evaluation["benchmarks"][name]) == run
+        assert resolve_benchmark(cfg.evaluation_settings(), name, cfg.evaluation["benchmarks"][name]) == run
+        assert BenchmarkRun.from_json(json.loads(json.dumps(run.as_json()))) == run
     assert set(cfg.reward_sets) == set(cfg.experiments)
     for name, exp in cfg.experiments.items():
-        rs = RewardSet(exp["rewards"], max_response_length=exp["grpo"]["max_response_length"])
+        rs = RewardSet(cfg.plans[name].rewards)
         resolved = cfg.reward_sets[name]
         assert isinstance(resolved, ResolvedRewards)
         assert (tuple(rs.funcs), tuple(rs.weights), rs.normalize, rs.eps, rs.params) == (
@@ -77,7 +79,7 @@ def test_evaluation_defaults_have_no_second_value_in_code():
     engine settings and a benchmark's own keys."""
     cfg = resolve_config(load_yaml(REPO / "config" / "config.yaml"))
     props = load_schema()["$defs"]["evaluation"]["properties"]
-    settings = evaluation_settings(cfg)
+    settings = cfg.evaluation_settings()
     name, bench = next(iter(cfg.evaluation["benchmarks"].items()))
     resolve_benchmark(settings, name, bench)
     defaulted = {k for k, p in props.items() if "default" in p} - STRUCTURAL - PRESET_OVERRIDES

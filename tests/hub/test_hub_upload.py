@@ -147,8 +147,8 @@ def test_model_card_follows_hub_conventions(caplog):
     from huggingface_hub import ModelCard
 
     from grpoflow.config import resolve_config
-    from grpoflow.evaluation.registry import BUILTIN
     from grpoflow.hub import card_sources, model_card
+    from grpoflow.schema.benchmarks import BUILTIN
 
     cfg = resolve_config(
         {

@@ -11,7 +11,8 @@ import torch
 from mergekit import load_merged
 
 from grpoflow.errors import GrpoflowError
-from grpoflow.merge import LORA_SUBDIR, merge_checkpoint
+from grpoflow.merge import merge_checkpoint
+from grpoflow.training.merging import LORA_SUBDIR
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,8 @@ import torch
 from mergekit import copy_tree, load_merged
 
 from grpoflow.errors import GrpoflowError
-from grpoflow.merge import LORA_SUBDIR, MERGE_RECORD, merge_checkpoint
+from grpoflow.merge import MERGE_RECORD, merge_checkpoint
+from grpoflow.training.merging import LORA_SUBDIR
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow]
 

@@ -69,7 +69,7 @@ def _fuzz(budget_s: float, max_examples: int, deadline_s: float) -> tuple[int, f
         nonlocal checked, slowest
         if time.monotonic() - start > budget_s:
             return  # the CI budget is spent: the remaining examples are not run
-        report = adversarial.run_like_verl(batch, threads=4, deadline_s=deadline_s)
+        report = adversarial.run_in_scorer_threads(batch, threads=4, deadline_s=deadline_s)
         assert report.unfinished == 0 and not report.over_deadline, (
             f"{len(report.over_deadline)} call(s) over {deadline_s}s, e.g. "
             f"{[(t, c[:200], g) for t, c, g in report.over_deadline[:2]]}"

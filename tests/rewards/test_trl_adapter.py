@@ -12,9 +12,9 @@ require("trl")
 
 from rewardkit import KAGGLE, TEXTS, B  # noqa: E402
 
+from grpoflow.backends.trl.rewards import ZNORM_FUNC, build_reward_funcs, completion_text  # noqa: E402
 from grpoflow.errors import GrpoflowError  # noqa: E402
 from grpoflow.rewards import RewardSet, Sample, contiguous_groups  # noqa: E402
-from grpoflow.rewards.trl import ZNORM_FUNC, build_reward_funcs, completion_text  # noqa: E402
 
 G = 4
 

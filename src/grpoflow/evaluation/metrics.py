@@ -18,7 +18,7 @@ import statistics
 from collections import Counter
 
 from grpoflow import rewards
-from grpoflow.evaluation.generation import Completion
+from grpoflow.generation import Completion
 
 PARTIAL_TOLERANCE = 0.10
 

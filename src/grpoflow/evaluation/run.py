@@ -38,7 +38,7 @@ module provides::
 - ``gen``: the resolved decoding (``Generation``: greedy when ``temperature == 0``, ``samples`` completions per
   prompt, ``max_new_tokens``, ``seed``, ``top_p``/``top_k`` with -1 = off);
 - return ``completions[i]``: exactly ``gen.samples`` ``Completion``s for prompt i, in prompt order, made with
-  ``grpoflow.evaluation.generation.completion_from_ids`` (cut at the first stop id, decoded with
+  ``grpoflow.generation.completion_from_ids`` (cut at the first stop id, decoded with
   ``skip_special_tokens``, ``finish_reason`` "length" when ``max_new_tokens`` was reached);
 - ``info``: ``generate_s`` (seconds spent generating; popped for ``timing``) plus anything worth recording
   under ``generation`` (device, dtype, engine settings, versions).
@@ -56,7 +56,9 @@ from dataclasses import dataclass
 from grpoflow.errors import DataError
 from grpoflow.evaluation.backends import evaluation_backend
 from grpoflow.evaluation.benchmarks import Problem, benchmark_data_path, benchmark_source, load_benchmark
-from grpoflow.evaluation.generation import (
+from grpoflow.evaluation.metrics import aggregate, score_completion
+from grpoflow.evaluation.settings import BenchmarkRun, Generation
+from grpoflow.generation import (
     Completion,
     ModelSource,
     encode_prompts,
@@ -65,8 +67,6 @@ from grpoflow.evaluation.generation import (
     resolve_model,
     stop_token_ids,
 )
-from grpoflow.evaluation.metrics import aggregate, score_completion
-from grpoflow.evaluation.settings import BenchmarkRun, Generation, resolve_benchmark
 from grpoflow.io import atomic_write_json, atomic_write_jsonl
 from grpoflow.provenance import provenance
 
@@ -82,16 +82,16 @@ def evaluate(
     benchmark_name: str,
     benchmark: dict,
     prompt: dict | None,
-    settings: dict,
+    run: dict,
     inputs: dict,
     metrics_path: str,
     samples_path: str,
     threads: int | None = None,
 ) -> dict:
     """Evaluate ``model`` (an entry of the resolved config's ``models``) on ``benchmark``; write both files.
-    ``settings``: the evaluation-wide settings; the benchmark's own decoding keys win over them, resolved by the
-    same ``resolve_benchmark`` that config load ran on these values (``WorkflowConfig.benchmark_runs``)."""
-    run = resolve_benchmark(settings, benchmark_name, benchmark)
+    ``run``: the benchmark's plan as config load resolved it (``WorkflowConfig.benchmark_runs``, ``as_json``):
+    decoded here, never resolved again."""
+    run = BenchmarkRun.from_json(run)
     source = resolve_model(model_name, model, inputs)
     data_path = benchmark_data_path(benchmark_name, benchmark, inputs)
     problems = load_benchmark(benchmark_name, benchmark, data_path)

@@ -1,6 +1,7 @@
 """Which config values an evaluation depends on (so changing only these reruns evaluate + report), and what they
 resolve to for each benchmark (presets, overrides, checks): ``resolve_benchmark``, called once per benchmark
-when the config loads (``WorkflowConfig.benchmark_runs``) and by the evaluate job on the same values.
+when the config loads (``WorkflowConfig.benchmark_runs``); the evaluate job decodes that ``BenchmarkRun`` from its
+JSON (``BenchmarkRun.from_json``) and resolves nothing.
 
 Defaults live in the config schema (``$defs/evaluation``), which config load fills in: the functions here read
 the keys it fills and have no default of their own. Settings written by hand (the demo's SFT probe, tests) get
@@ -11,12 +12,8 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
 
 from grpoflow.errors import ConfigError
-
-if TYPE_CHECKING:  # grpoflow.config calls this module's checks: a runtime import would close a circle
-    from grpoflow.config import WorkflowConfig
 
 # Structural keys decide *what* is evaluated (the DAG), not *how*; they are not job params.
 _STRUCTURAL = {"benchmarks", "models", "stages", "resources"}
@@ -39,10 +36,6 @@ PRESET_DEFAULTS: dict[str, dict] = {
 DEFAULT_MAX_NEW_TOKENS = 1024
 
 
-def evaluation_settings(cfg: WorkflowConfig) -> dict:
-    return settings_of(cfg.evaluation)
-
-
 def settings_of(evaluation: dict) -> dict:
     """The evaluation-wide settings of an ``evaluation`` section: all but its structural keys, sorted."""
     return {k: v for k, v in sorted(evaluation.items()) if k not in _STRUCTURAL}
@@ -59,13 +52,13 @@ def with_defaults(settings: dict) -> dict:
     return settings_of(filled)
 
 
-def benchmark_prompt(cfg: WorkflowConfig, benchmark: str) -> dict | None:
+def benchmark_prompt(evaluation: dict, datasets: dict, benchmark: str) -> dict | None:
     """The chat prompt a benchmark is asked with: its own `prompt`, else its dataset's (same as training)."""
-    bench = cfg.evaluation["benchmarks"][benchmark]
+    bench = evaluation["benchmarks"][benchmark]
     if bench.get("prompt"):
         return bench["prompt"]
     if "dataset" in bench:
-        return cfg.datasets[bench["dataset"]]["prompt"]
+        return datasets[bench["dataset"]]["prompt"]
     return None
 
 
@@ -89,6 +82,10 @@ class Generation:
     def as_dict(self) -> dict:
         return {**asdict(self), "greedy": self.greedy}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> Generation:
+        return cls(**{k: v for k, v in d.items() if k != "greedy"})
+
 
 @dataclass(frozen=True)
 class BenchmarkRun:
@@ -101,6 +98,14 @@ class BenchmarkRun:
     chat_template_kwargs: dict
     answer_format: dict  # evaluation.answer_format with the benchmark's own over it
     vllm: dict
+
+    def as_json(self) -> dict:
+        """The plan as the evaluate job is handed it (in its --kwargs JSON): ``from_json`` gives it back, equal."""
+        return {**asdict(self), "generation": self.generation.as_dict()}
+
+    @classmethod
+    def from_json(cls, d: dict) -> BenchmarkRun:
+        return cls(**{**d, "generation": Generation.from_dict(d["generation"])})
 
 
 def resolve_benchmark(settings: dict, name: str, benchmark: dict) -> BenchmarkRun:
@@ -127,7 +132,7 @@ def benchmark_settings(settings: dict, benchmark: dict) -> dict:
     """The evaluation settings for one benchmark: its own decoding keys over the evaluation-wide ones. A
     benchmark that names another preset starts from that preset (the evaluation-wide temperature/top_p/top_k
     belong to the evaluation-wide preset)."""
-    from grpoflow.evaluation.registry import DECODING_KEYS
+    from grpoflow.schema.benchmarks import DECODING_KEYS
 
     own = {k: benchmark[k] for k in DECODING_KEYS if benchmark.get(k) not in (None, {})}
     out = dict(settings)

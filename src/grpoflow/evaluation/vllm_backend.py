@@ -34,8 +34,8 @@ import sys
 import time
 
 from grpoflow.errors import GrpoflowError
-from grpoflow.evaluation.generation import Completion, ModelSource, completion_from_ids
 from grpoflow.evaluation.settings import Generation
+from grpoflow.generation import Completion, ModelSource, completion_from_ids
 
 log = logging.getLogger(__name__)
 

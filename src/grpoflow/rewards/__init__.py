@@ -1,4 +1,4 @@
-"""grpoflow's reward library: one answer verifier and one registry of rewards for verl, TRL and evaluation.
+"""grpoflow's reward library: one answer verifier and one registry of rewards for every trainer and evaluation.
 
 Public API (see docs/rewards.md):
 
@@ -8,9 +8,8 @@ Public API (see docs/rewards.md):
 - ``REGISTRY`` / ``registry()``: every reward's name, parameters, defaults, group-level flag and docstring;
   ``check_reward_config(rewards_cfg, where)`` validates a config section.
 - ``RewardSet(rewards_cfg)``: the weighted sum (+ optional per-prompt z-norm) over a batch of ``Sample``s.
-- Adapters: ``grpoflow.rewards.trl.build_reward_funcs`` (TRL GRPOTrainer) and ``grpoflow.rewards.verl``
-  (``compute_score``; the advantage estimator lives in ``grpoflow.rewards.verl_plugin``; the verl backend's
-  ``overrides.reward_overrides`` wires both into a verl command).
+- Each training backend's adapter (the reward function in its trainer's own form) lives in its folder,
+  ``grpoflow/backends/<name>/rewards.py``, above this library.
 """
 
 from grpoflow.rewards.combine import RewardSet, Scores, contiguous_groups, groups_of, znorm

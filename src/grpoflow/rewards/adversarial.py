@@ -31,7 +31,7 @@ __all__ = [
     "completion",
     "random_completion",
     "random_hostile_completion",
-    "run_like_verl",
+    "run_in_scorer_threads",
     "RunReport",
 ]
 
@@ -237,7 +237,7 @@ class RunReport:
     correct: int = 0
 
 
-def run_like_verl(
+def run_in_scorer_threads(
     pairs: Sequence[tuple[str, str]], *, threads: int = 8, deadline_s: float = 30.0, verify: Callable | None = None
 ) -> RunReport:
     """``verify`` over ``pairs`` from ``threads`` threads at once (verl's reward workers score a batch in a thread

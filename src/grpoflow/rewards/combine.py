@@ -62,12 +62,16 @@ class Scores:
 
 
 class RewardSet:
-    """The rewards of one experiment, resolved from its ``rewards`` config section (validated on construction) by
-    ``resolve_reward_set``, the resolution config load keeps (``WorkflowConfig.reward_sets``)."""
+    """The rewards of one experiment: its plan's resolved reward set (``grpoflow.plan``, what config load resolved),
+    used as it is; or a ``rewards`` config section, resolved (validated) on construction by ``resolve_reward_set``."""
 
-    def __init__(self, rewards_cfg: dict, *, max_response_length: int | None = None, where: str = "rewards"):
-        resolved: ResolvedRewards = resolve_reward_set(
-            rewards_cfg, max_response_length=max_response_length, where=where
+    def __init__(
+        self, rewards_cfg: dict | ResolvedRewards, *, max_response_length: int | None = None, where: str = "rewards"
+    ):
+        resolved = (
+            rewards_cfg
+            if isinstance(rewards_cfg, ResolvedRewards)
+            else resolve_reward_set(rewards_cfg, max_response_length=max_response_length, where=where)
         )
         self.params = resolved.params
         self.funcs: list[str] = list(resolved.funcs)

@@ -1,8 +1,9 @@
 """The configuration's pure parts: the JSON schema (``config.schema.yaml`` beside this file, with the defaults
 of nested objects filled in), validation with one-line messages, merging, the canonical form and its hash, and
-the checkpoint steps a run keeps. Imports nothing of grpoflow but its error type and the built-in benchmarks'
-names (``grpoflow.evaluation.registry``, a leaf), so that every area can check its own part of a config (rewards,
-evaluation, backends) without importing ``grpoflow.config``, which calls them.
+the checkpoint steps a run keeps. Imports nothing of grpoflow but its error type and the built-in benchmarks
+(``grpoflow.schema.benchmarks``, a leaf beside it; each training backend's section is read from its folder), so that
+every area can check its own part of a config (rewards, evaluation, backends) without importing ``grpoflow.config``,
+which calls them.
 """
 
 from __future__ import annotations
@@ -35,17 +36,20 @@ def load_schema() -> dict:
 def _add_backend_sections(schema: dict) -> None:
     """Each training backend's settings section, written in its own folder (``backends/<name>/schema.yaml``), as
     ``$defs.<name>`` and an experiment's ``<name>:`` property (placed after ``rewards``, where the schema had them),
-    and the ``backend`` enum from the registry: a new backend adds no line here. ``grpoflow.backends`` imports
-    nothing of grpoflow (a backend package is imported only when asked for), so this closes no import circle."""
-    from grpoflow.backends import BACKENDS
-
+    and the ``backend`` enum: the folders that hold a section, in alphabetical order (the registry's,
+    grpoflow.backends.registry, which tests/backends/test_registry.py checks): a new backend adds no line here. Read
+    as files, not through the registry: the backends import this module's helpers, and the registry imports them."""
     folder = resources.files("grpoflow").joinpath("backends")
     props = schema["$defs"]["experiment"]["properties"]
+    names = sorted(p.name for p in folder.iterdir() if p.joinpath("schema.yaml").is_file())
     sections = {}
-    for name in BACKENDS:
+    for name in names:
         schema["$defs"][name] = yaml.safe_load(folder.joinpath(name, "schema.yaml").read_text(encoding="utf-8"))
         sections[name] = {"$ref": f"#/$defs/{name}"}
-    props["backend"]["enum"] = list(BACKENDS)
+    props["backend"]["enum"] = names
+    # A training backend with a generator (its folder's generate.py) is an evaluation backend of its name too.
+    evaluation = schema["$defs"]["evaluation"]["properties"]["backend"]
+    evaluation["enum"] = evaluation["enum"] + [n for n in names if folder.joinpath(n, "generate.py").is_file()]
     at = list(props).index("rewards") + 1
     items = list(props.items())
     schema["$defs"]["experiment"]["properties"] = dict(items[:at] + list(sections.items()) + items[at:])
@@ -53,8 +57,8 @@ def _add_backend_sections(schema: dict) -> None:
 
 def _add_registry_names(schema: dict) -> None:
     """The names a config may give that a registry defines, as the schema's enums: written once, in the registry.
-    ``evaluation.registry`` imports nothing of grpoflow, so this closes no import circle."""
-    from grpoflow.evaluation.registry import BUILTIN
+    ``schema.benchmarks`` (the built-in benchmarks) imports nothing of grpoflow."""
+    from grpoflow.schema.benchmarks import BUILTIN
 
     schema["$defs"]["benchmark"]["properties"]["builtin"]["enum"] = list(BUILTIN)
 

@@ -1,17 +1,15 @@
-"""The toy backend's command and config check (today's interface: the check registers itself)."""
+"""The toy backend's command and config check (its Backend object calls both)."""
 
 from __future__ import annotations
 
-from grpoflow.backends import common
-from grpoflow.config import register_backend_check
 from grpoflow.errors import ConfigError
+from grpoflow.training import common
 
 
 def command(cfg, experiment: str, inputs: dict, outputs: dict) -> str:
-    return common.spec_command("toy", common.training_spec(cfg, experiment, inputs, outputs))
+    return common.spec_command("grpoflow.backends.toy.train", common.training_spec(cfg, experiment, inputs, outputs))
 
 
-@register_backend_check("toy")
 def check_toy_experiment(name: str, exp: dict, cfg=None) -> None:
     steps, most = exp["grpo"]["total_steps"], exp["toy"]["max_steps"]
     if steps > most:

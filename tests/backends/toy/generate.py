@@ -5,6 +5,6 @@ from __future__ import annotations
 
 
 def generate(source, tokenizer, prompt_ids: list[list[int]], gen, stop_ids: list[int], *, threads=None, **_):
-    from grpoflow.evaluation.generation import Completion
+    from grpoflow.generation import Completion
 
     return [[Completion("", 0, "stop") for _ in range(gen.samples)] for _ in prompt_ids], {"generate_s": 0.0}

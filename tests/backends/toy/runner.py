@@ -5,9 +5,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from grpoflow.backends import common
 from grpoflow.discovery import model_path
 from grpoflow.io import atomic_dir
+from grpoflow.training import common
 
 
 def run_training(spec: dict) -> dict:

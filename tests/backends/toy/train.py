@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from grpoflow.backends.common import train_main
+from grpoflow.training.common import train_main
 
 
 def main(argv: list[str] | None = None) -> int:
-    return train_main("toy", argv)
+    from grpoflow.backends.toy.runner import run_training
+
+    return train_main("toy", "grpoflow.backends.toy.train", argv, run_training)
 
 
 if __name__ == "__main__":

@@ -146,12 +146,12 @@ def test_the_reference_model_is_the_start_model_with_the_adapter_disabled(spec, 
     from trl import GRPOConfig, GRPOTrainer
     from trl.trainer.utils import use_adapter
 
+    from grpoflow.backends.trl.rewards import build_reward_funcs
     from grpoflow.backends.trl.runner import grpo_config_kwargs, load_prompts, peft_config
     from grpoflow.config import deep_merge
     from grpoflow.data.convert import convert_split
     from grpoflow.data.download import download_dataset
     from grpoflow.demo.tiny import build_tiny_model
-    from grpoflow.rewards.trl import build_reward_funcs
 
     small = {"datasets": {"arith": {"synthetic": {"train_size": 40, "test_size": 8}, "validation": {"size": 4}}}}
     arith = resolve_config(deep_merge(default_config, small)).datasets["arith"]

@@ -14,6 +14,7 @@ from grpoflow_testing import REPO, make_workdir, snakemake
 from trainkit import resolved
 
 from grpoflow import envcheck
+from grpoflow.backends.trl import gpu_env
 from grpoflow.backends.trl.commandline import command
 from grpoflow.deployment import CLUSTER, LOCAL, experiment_plane
 from grpoflow.errors import GrpoflowError
@@ -38,7 +39,7 @@ def test_the_check_names_cuda_torch_trl_vllm_and_cluster_env(default_config):
     spec = spec_of(command(cfg, EXP, {"train": "t", "sft": "s"}, {"marker": "m", "metrics": "x"}))
     assert envcheck.torch_cuda_build() is None, "this machine's torch is the CPU build (requirements/local.lock)"
     with pytest.raises(GrpoflowError) as err:
-        envcheck.check_trl_gpu(spec)
+        gpu_env.check(spec)
     msg = str(err.value)
     assert "\n" not in msg and sys.executable in msg
     assert "CUDA torch (it has a CPU-only torch) (for trl.use_cpu false)" in msg

@@ -34,7 +34,7 @@ from grpoflow.config import deep_merge
 RANK = """
 import os, signal, sys, time
 from pathlib import Path
-from grpoflow.backends.common import SigtermStop
+from grpoflow.training.common import SigtermStop
 from grpoflow.backends.trl.launch import unblock_stop_signal
 
 unblock_stop_signal()

@@ -12,13 +12,13 @@ import shlex
 import pytest
 from trainkit import resolved
 
-from grpoflow.backends import LOCAL, VLLM_CPU
-from grpoflow.backends.trl import environment, plane
+from grpoflow.backends.trl import BACKEND as TRL
 from grpoflow.backends.trl.commandline import command, processes, training_spec, vllm_dtype
 from grpoflow.backends.trl.runner import grpo_config_kwargs
 from grpoflow.backends.trl.vllm_engine import engine_kwargs
 from grpoflow.backends.trl.vllm_server import GROUP_PORT_VAR, SERVER_URL_VAR, client_settings, split_gpus
 from grpoflow.errors import ConfigError, GrpoflowError
+from grpoflow.planes import LOCAL, VLLM_CPU
 
 EXP = "tiny-arith-seed1"
 INS = {"train": "t.parquet", "sft": "results/tiny-arith-seed1/sft.json"}
@@ -49,12 +49,12 @@ def gpu(default_config, base=GPU, **override):
 
 def test_colocate_on_the_cpu_runs_in_the_vllm_environment_in_float32(default_config):
     exp = cpu(default_config, vllm={"mode": "colocate"}).experiment(EXP)
-    assert plane(exp) == VLLM_CPU and processes(exp) == 1
-    assert [m for m, _, _ in environment(exp, "train_grpo")] == ["torch", "trl", "vllm"]
-    assert [m for m, _, _ in environment(exp, "merge_checkpoint")] == ["torch"]
+    assert TRL.plane(exp) == VLLM_CPU and processes(exp) == 1
+    assert [m for m, _, _ in TRL.environment(exp, "train_grpo")] == ["torch", "trl", "vllm"]
+    assert [m for m, _, _ in TRL.environment(exp, "merge_checkpoint")] == ["torch"]
     assert vllm_dtype(exp) == "float32"
     plain = cpu(default_config).experiment(EXP)
-    assert plane(plain) == LOCAL and environment(plain, "train_grpo") is None
+    assert TRL.plane(plain) == LOCAL and TRL.environment(plain, "train_grpo") is None
 
 
 def test_the_dtype_vllm_generates_in_is_chosen_and_reaches_the_engine(default_config):

@@ -170,7 +170,7 @@ def test_tunix_evaluation_mesh_and_pad_token():
     no prompt holds (the sampler masks its pad id wherever it occurs, prompts included)."""
     import types
 
-    from grpoflow.evaluation.tunix_backend import pick_pad_id, sampling_mesh
+    from grpoflow.backends.tunix.generate import pick_pad_id, sampling_mesh
 
     assert sampling_mesh(4, 32, 8) == (1, 4)  # v5p-8, Qwen3-8B
     assert sampling_mesh(8, 32, 8) == (1, 8)  # v6e-8

@@ -1,4 +1,4 @@
-"""evaluation.backend: tunix (grpoflow.evaluation.tunix_backend), for real on CPU JAX in the Tunix environment:
+"""evaluation.backend: tunix (grpoflow.backends.tunix.generate), for real on CPU JAX in the Tunix environment:
 
 - through the DAG, on a copy of the session's shortened run (conftest.short_local_run, evaluated there with
   transformers): switching the backend reruns only the asked evaluations, in .venv-tunix, one at a time (the tpu
@@ -74,7 +74,7 @@ def test_tunix_evaluations_ran_in_the_tunix_environment_one_at_a_time(tunix_eval
 SAMPLED = """
 import json, sys
 from grpoflow.evaluation import tunix_backend
-from grpoflow.evaluation.generation import ModelSource, encode_prompts, load_tokenizer, render_prompts, stop_token_ids
+from grpoflow.generation import ModelSource, encode_prompts, load_tokenizer, render_prompts, stop_token_ids
 from grpoflow.evaluation.settings import generation_settings, with_defaults
 source = ModelSource("m", "external", sys.argv[1])
 tok = load_tokenizer(source)

@@ -96,14 +96,14 @@ def test_fastmath_rewards_reach_verl():
     assert o["reward.custom_reward_function.reward_kwargs.normalize"] == "per_prompt"
     assert o["reward.custom_reward_function.reward_kwargs.params.cosine.max_len"] == "30000"
     assert o["reward.custom_reward_function.path"] in (
-        "pkg://grpoflow.rewards.verl",
-        "$PWD/src/grpoflow/rewards/verl.py",
+        "pkg://grpoflow.backends.verl.rewards",
+        "$PWD/src/grpoflow/backends/verl/rewards.py",
     )
     assert str(REPO) not in o["reward.custom_reward_function.path"], "no checkout path baked into the command"
     assert o["actor_rollout_ref.actor.use_kl_loss"] == "false" and "actor_rollout_ref.actor.kl_loss_coef" not in o
     cmd = vc.command(cfg, "qwen3-32b-fastmath-rewards", training_inputs(cfg, "qwen3-32b-fastmath-rewards"), OUTPUTS)
     assert cmd.startswith(
-        "env VERL_USE_EXTERNAL_MODULES=grpoflow.rewards.verl_plugin python -m grpoflow.backends.verl.train"
+        "env VERL_USE_EXTERNAL_MODULES=grpoflow.backends.verl.reward_plugin python -m grpoflow.backends.verl.train"
     )
 
 
@@ -315,7 +315,7 @@ def test_dry_run_prints_the_verl_command_and_sbatch_resources(tmp_path):
 
 
 def test_an_import_error_of_the_reward_module_stops_the_command_at_once(monkeypatch):
-    """An import error of grpoflow.rewards.verl fails the command's composition (the DAG build), not verl's first
+    """An import error of grpoflow.backends.verl.rewards fails the command's composition (the DAG build), not verl's first
     step on the cluster, as the old guarded import did by leaving the reward overrides out."""
     from grpoflow.backends import training_command
 
@@ -327,9 +327,11 @@ def test_an_import_error_of_the_reward_module_stops_the_command_at_once(monkeypa
     for module in ("commandline", "overrides"):  # imported afresh, as in a new Snakemake process
         monkeypatch.delitem(sys.modules, f"grpoflow.backends.verl.{module}", raising=False)
         monkeypatch.delattr(grpoflow.backends.verl, module, raising=False)
-    monkeypatch.delitem(sys.modules, "grpoflow.backends.verl")  # the backend package too (registry: imported on use)
+    monkeypatch.delitem(sys.modules, "grpoflow.backends.verl")  # the backend package too
     monkeypatch.delattr(grpoflow.backends, "verl")
+    monkeypatch.delitem(sys.modules, "grpoflow.backends.registry", raising=False)  # and its registry line
+    monkeypatch.delattr(grpoflow.backends, "registry", raising=False)
     monkeypatch.delattr(grpoflow.rewards, "verl", raising=False)
-    monkeypatch.setitem(sys.modules, "grpoflow.rewards.verl", None)  # any import of it raises ImportError
-    with pytest.raises(ImportError, match="grpoflow.rewards.verl"):
+    monkeypatch.setitem(sys.modules, "grpoflow.backends.verl.rewards", None)  # any import of it raises ImportError
+    with pytest.raises(ImportError, match="grpoflow.backends.verl.rewards"):
         training_command(cfg, name, training_inputs(cfg, name), OUTPUTS)

@@ -1,4 +1,4 @@
-"""`python -m grpoflow.backends.verl.validate`: every shipped config composes against verl 0.9.1's real Hydra schema and
+"""`python -m grpoflow.validate`: every shipped config composes against verl 0.9.1's real Hydra schema and
 passes verl's own validate_config; a wrong key fails here, not in a cluster job."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import yaml
 from verlkit import REPO, VERL_CONFIGS, load
 
 from grpoflow.backends.verl import overrides as ov
-from grpoflow.backends.verl.validate import validate_config_files, validate_experiment
+from grpoflow.backends.verl.validate import validate_experiment
 from grpoflow.config import deep_merge, resolve_config
 from grpoflow.errors import ConfigError
+from grpoflow.validate import validate_config_files
 
 pytestmark = pytest.mark.verl
 
@@ -26,8 +27,8 @@ def test_shipped_config_validates_against_verl(path):
     assert results and all(r["overrides"] > 50 for r in results)
     for r in results:
         assert r["reward_function"] in (
-            "pkg://grpoflow.rewards.verl:compute_score",
-            f"{REPO}/src/grpoflow/rewards/verl.py:compute_score",
+            "pkg://grpoflow.backends.verl.rewards:compute_score",
+            f"{REPO}/src/grpoflow/backends/verl/rewards.py:compute_score",
         )
         assert r["adv_estimator"] in ("grpo", "grpoflow")
     assert time.perf_counter() - started < 60
@@ -135,7 +136,7 @@ def test_lora_validates_without_vllm(tmp_path):
 def test_cli_reports_each_experiment_and_the_time():
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "grpoflow.backends.verl.validate", "--configfile", "config/qwen3-32b-gsm8k.yaml"],
+        [sys.executable, "-m", "grpoflow.validate", "--configfile", "config/qwen3-32b-gsm8k.yaml"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -149,7 +150,7 @@ def test_cli_reports_each_experiment_and_the_time():
         [
             sys.executable,
             "-m",
-            "grpoflow.backends.verl.validate",
+            "grpoflow.validate",
             "--configfile",
             "config/qwen3-32b-gsm8k.yaml",
             "--experiment",

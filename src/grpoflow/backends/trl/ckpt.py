@@ -18,7 +18,7 @@ import json
 import re
 from pathlib import Path
 
-from grpoflow.backends import common
+from grpoflow.training import common
 
 CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE = "trainer_state.json"

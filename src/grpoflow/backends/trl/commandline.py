@@ -14,20 +14,20 @@ from __future__ import annotations
 
 import shlex
 
-from grpoflow.backends import common
 from grpoflow.backends.trl import sampling
-from grpoflow.config import WorkflowConfig, register_backend_check
 from grpoflow.errors import ConfigError
+from grpoflow.training import ResolvedConfig, common
 
 # trl.vllm keys that came after runs were trained, at the value that trains as before: left out of the spec at that
 # value, so a finished run's command is unchanged (Snakemake's params trigger would rerun it, its merge and evaluation,
-# for nothing: grpoflow.backends.common.training_spec does the same for ``health``). server_gpus is the server
+# for nothing: grpoflow.training.common.training_spec does the same for ``health``). server_gpus is the server
 # wrapper's (the command's), and changes only how many processes share a step, never the weights.
 VLLM_KEYS_AT_DEFAULT = {"dtype": "auto", "check_weight_sync": False}
 VLLM_KEYS_NOT_IN_SPEC = ("server_gpus",)
+ENTRY = "grpoflow.backends.trl.train"  # train_grpo's entry point, named in finished runs' commands
 
 
-def training_spec(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> dict:
+def training_spec(cfg: ResolvedConfig, experiment: str, inputs: dict, outputs: dict) -> dict:
     exp = cfg.experiment(experiment)
     spec = common.training_spec(cfg, experiment, inputs, outputs, trust_remote_code=exp["sft"]["trust_remote_code"])
     # The runner trains with what the config resolves to (processes, vLLM mode), not the nulls that stand for them;
@@ -70,16 +70,16 @@ def server_wrapper(exp: dict, inputs: dict) -> str:
     )
 
 
-def command(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> str:
+def command(cfg: ResolvedConfig, experiment: str, inputs: dict, outputs: dict) -> str:
     """``python -m grpoflow.backends.trl.train --spec JSON``, under torchrun for several processes, and under the
     vLLM server's wrapper in server mode. On GPUs with several processes or a server the environment check runs
     once first (each rank checks again, in milliseconds): in a wrong environment the job log ends with the check's
     one line instead of torchrun's or the server's failure report. The group's braces keep the rule's redirection
     on both commands."""
-    from grpoflow.envcheck import trl_gpu_args
+    from grpoflow.backends.trl.gpu_env import command_args
 
     spec = training_spec(cfg, experiment, inputs, outputs)
-    cmd = common.spec_command("trl", spec)
+    cmd = common.spec_command(ENTRY, spec)
     prefix = launcher(spec)
     if prefix:
         cmd = prefix + cmd.removeprefix("python ")
@@ -89,7 +89,7 @@ def command(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -
     cmd = server + cmd
     if spec["trl"]["use_cpu"]:
         return cmd
-    return f"{{ python -m grpoflow.envcheck {trl_gpu_args(spec)} && {cmd}; }}"
+    return f"{{ python -m grpoflow.envcheck {command_args(spec)} && {cmd}; }}"
 
 
 def vllm_mode(exp: dict) -> str:
@@ -130,7 +130,6 @@ def micro_batch(exp: dict) -> int:
     return exp["trl"]["completions_per_device_batch"] or per_process
 
 
-@register_backend_check("trl")
 def check_trl_experiment(name: str, exp: dict, cfg=None) -> None:
     """What TRL (or torchrun, or vLLM) would only reject after the job queued and loaded the model, or never:
     batch arithmetic across processes, the vLLM layout, GPUs present, bf16 master weights, GPU memory."""
@@ -212,7 +211,7 @@ def _check_vllm_layout(exp: dict, mode: str, n: int, fail) -> None:
 def _check_numerics(exp: dict, fail) -> None:
     if exp["trl"]["param_dtype"] == "bfloat16" and not exp["grpo"]["lora"]["rank"]:
         if not exp["checks"]["allow_bf16_master_weights"]:
-            from grpoflow.backends.memory import TYPICAL_WEIGHT, bf16_half_spacing
+            from grpoflow.training.memory import TYPICAL_WEIGHT, bf16_half_spacing
 
             fail(
                 f"trl.param_dtype = bfloat16 for a full fine-tune: AdamW would step bf16 master weights, where an update below half bf16's spacing "
@@ -240,7 +239,7 @@ def _check_gpu_memory(name: str, exp: dict, fail) -> None:
 
 def summary(name: str, exp: dict) -> str:
     """What `snakemake -n` shows for a TRL experiment on GPUs: the launch and the GPU-memory estimate."""
-    from grpoflow.backends.memory import fit_text
+    from grpoflow.training.memory import fit_text
 
     fit = fit_text(memory_estimate(name, exp))
     server = f" on {server_gpus(exp)} GPU(s) of its own" if server_gpus(exp) else ""

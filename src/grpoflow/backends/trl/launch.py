@@ -15,7 +15,7 @@ signal stays pending, whoever sends it, SLURM included, and whatever torch versi
 countdown. The ranks unblock it first thing (``unblock_stop_signal``, grpoflow.backends.trl.train) and stop at
 their step boundary on their own SIGTERM (SLURM signals every process of the step), or on the one this launcher
 forwards when only it is signalled; a later SIGTERM (SLURM sends two more at the time limit) is the same stop, to
-the ranks (grpoflow.backends.common.SigtermStop) and to this launcher, so a save in progress goes on. This launcher
+the ranks (grpoflow.training.common.SigtermStop) and to this launcher, so a save in progress goes on. This launcher
 waits ``S`` seconds (``trl.shutdown_timeout``) for torchrun to exit, then SIGKILLs the ranks and torchrun. SLURM's
 own SIGKILL (KillWait after the time limit) still ends everything: ``resources.term_before_limit_s`` (sbatch
 ``--signal=TERM@<lead>``) decides how much of the grace a time limit leaves (docs/reliability.md).
@@ -32,8 +32,8 @@ import subprocess
 import sys
 import time
 
-from grpoflow.backends.common import split_wrapped_command
 from grpoflow.threads import cpu_affinity, process_threads
+from grpoflow.training.common import split_wrapped_command
 
 log = logging.getLogger("grpoflow.backends.trl.launch")
 

@@ -1,5 +1,5 @@
 """Will a TRL experiment on GPUs fit? A per-GPU estimate at config load (pure arithmetic, no torch/TRL import),
-over the shared memory model (grpoflow.backends.memory: architectures, phases, the verdict, the GPU constants).
+over the shared memory model (grpoflow.training.memory: architectures, phases, the verdict, the GPU constants).
 
 It models TRL 1.16's GRPOTrainer under DDP (read in .venv/.../trl/trainer/grpo_trainer.py and
 trl/generation/vllm_generation.py):
@@ -30,7 +30,7 @@ constants; nothing here was measured on a GPU (none here).
 
 from __future__ import annotations
 
-from grpoflow.backends.memory import (
+from grpoflow.training.memory import (
     CARD_GIB_PER_GB,
     CUDA_CONTEXT_GIB,
     GIB,

@@ -1,5 +1,5 @@
 """merge_checkpoint for the TRL backend: an HF Trainer ``checkpoint-N/`` → a plain Hugging Face model dir. A full
-fine-tune's model files are taken as they are; a PEFT adapter is merged into the SFT start (grpoflow.merge.peft_merge)
+fine-tune's model files are taken as they are; a PEFT adapter is merged into the SFT start (grpoflow.training.merging.peft_merge)
 and kept beside it in ``lora_adapter/``."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from grpoflow.errors import DataError
-from grpoflow.merge import LORA_SUBDIR, adapter_info, copy_tokenizer, peft_merge
+from grpoflow.training.merging import LORA_SUBDIR, adapter_info, copy_tokenizer, peft_merge
 
 # HF Trainer files in a checkpoint-N/ that are training state, not the model.
 TRAINER_STATE_FILES = {"optimizer.pt", "scheduler.pt", "training_args.bin", "trainer_state.json", "scaler.pt"}

@@ -26,15 +26,16 @@ import shutil
 import time
 from pathlib import Path
 
-from grpoflow.backends import common
-from grpoflow.backends.common import map_metrics, number
 from grpoflow.backends.trl import METRICS
 from grpoflow.backends.trl.ckpt import LIVE_METRICS, is_complete, is_peft_checkpoint, latest_complete, step_dirs
+from grpoflow.backends.trl.rewards import ZNORM_FUNC, build_reward_funcs
 from grpoflow.discovery import model_path as sft_model_path
 from grpoflow.errors import ConfigError, DataError, GrpoflowError
 from grpoflow.io import exclusive_dir
+from grpoflow.plan import GrpoSettings, TrainingPlan
 from grpoflow.progress import StepProgress
-from grpoflow.rewards.trl import ZNORM_FUNC, build_reward_funcs
+from grpoflow.training import common
+from grpoflow.training.common import map_metrics, number
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ def _callbacks(live_metrics: Path, spec: dict):
             self.health.observe(row)  # logs a line per check that fires; raises HealthStop for health.stop_on
 
     class StopOnSigterm(TrainerCallback):
-        """SIGTERM (grpoflow.backends.common.SigtermStop) ends the run at the next step boundary with a checkpoint."""
+        """SIGTERM (grpoflow.training.common.SigtermStop) ends the run at the next step boundary with a checkpoint."""
 
         def __init__(self):
             self.signal = common.process_sigterm_stop()  # installed at the job's start (grpoflow.backends.trl.train)
@@ -174,29 +175,30 @@ def _callbacks(live_metrics: Path, spec: dict):
 # Training
 
 
-def warmup_steps(grpo: dict) -> int:
+def warmup_steps(grpo: GrpoSettings) -> int:
     """grpo.lr_warmup_ratio as steps, rounded up as transformers rounds a ratio (TrainingArguments.get_warmup_steps;
     given the ratio itself it would read 1.0 as one step)."""
-    return math.ceil(grpo["lr_warmup_ratio"] * grpo["total_steps"])
+    return math.ceil(grpo.lr_warmup_ratio * grpo.total_steps)
 
 
-def lr_scheduler_type(grpo: dict) -> str:
+def lr_scheduler_type(grpo: GrpoSettings) -> str:
     """transformers' ``constant`` schedule ignores warmup_steps: a warm-up asked for goes to ``constant_with_warmup``
     (what verl's and Tunix's constant schedules do with a warm-up ratio)."""
-    if grpo["lr_scheduler"] == "constant" and warmup_steps(grpo):
+    if grpo.lr_scheduler == "constant" and warmup_steps(grpo):
         return "constant_with_warmup"
-    return grpo["lr_scheduler"]
+    return grpo.lr_scheduler
 
 
 def grpo_config_kwargs(spec: dict) -> dict:
-    grpo, trl = spec["grpo"], spec["trl"]
-    G = grpo["num_generations"]
-    completions = grpo["prompts_per_step"] * G
+    """GRPOConfig's arguments from the job's spec: its grpo settings typed (grpoflow.plan), its trl section."""
+    grpo, trl = GrpoSettings.from_dict(spec["grpo"]), spec["trl"]
+    G = grpo.num_generations
+    completions = grpo.prompts_per_step * G
     # Each of the n processes takes completions / n of a step (TRL: generation_batch_size = per-device batch ×
     # processes × gradient-accumulation steps = completions), so the global batch is the same for any n.
     per_process = completions // trl["processes"]
     micro = trl["completions_per_device_batch"] or per_process
-    gpu, lora = not trl["use_cpu"], bool((grpo.get("lora") or {}).get("rank"))
+    gpu, lora = not trl["use_cpu"], bool(grpo.lora.rank)
     dtype = trl["param_dtype"]
     if dtype == "auto":
         # fp32 master weights (bf16 autocast on GPUs) unless the weights are a LoRA run's frozen base.
@@ -204,28 +206,28 @@ def grpo_config_kwargs(spec: dict) -> dict:
     vllm = trl["vllm"]
     kwargs = dict(
         output_dir=spec["checkpoint_dir"],
-        max_steps=grpo["total_steps"],
+        max_steps=grpo.total_steps,
         # One generation round of prompts_per_step × G completions per optimizer step, in micro-batches of `micro`.
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=per_process // micro,
         num_generations=G,
-        max_completion_length=grpo["max_response_length"],
-        learning_rate=grpo["learning_rate"],
+        max_completion_length=grpo.max_response_length,
+        learning_rate=grpo.learning_rate,
         lr_scheduler_type=lr_scheduler_type(grpo),
         warmup_steps=warmup_steps(grpo),
-        beta=grpo["kl_coef"],
-        epsilon=grpo["clip_ratio"],
-        epsilon_high=grpo["clip_ratio_high"] if grpo["clip_ratio_high"] is not None else grpo["clip_ratio"],
-        max_grad_norm=grpo["max_grad_norm"],
-        temperature=grpo["temperature"],
-        top_p=grpo["top_p"],
-        top_k=0 if grpo["top_k"] < 0 else grpo["top_k"],
+        beta=grpo.kl_coef,
+        epsilon=grpo.clip_ratio,
+        epsilon_high=grpo.clip_ratio_high if grpo.clip_ratio_high is not None else grpo.clip_ratio,
+        max_grad_norm=grpo.max_grad_norm,
+        temperature=grpo.temperature,
+        top_p=grpo.top_p,
+        top_k=0 if grpo.top_k < 0 else grpo.top_k,
         loss_type=trl["loss_type"],
-        seed=grpo["seed"],
-        data_seed=grpo["seed"],
+        seed=grpo.seed,
+        data_seed=grpo.seed,
         save_strategy="steps",
-        save_steps=grpo["save_freq"],
-        save_total_limit=grpo["max_checkpoints_to_keep"],
+        save_steps=grpo.save_freq,
+        save_total_limit=grpo.max_checkpoints_to_keep,
         logging_steps=trl["logging_steps"],
         use_cpu=trl["use_cpu"],
         # TRL defaults to bf16 and gradient checkpointing; on CPU both only slow training down (or fail).
@@ -234,7 +236,7 @@ def grpo_config_kwargs(spec: dict) -> dict:
         model_init_kwargs={"dtype": dtype, "trust_remote_code": spec["trust_remote_code"]},
         use_vllm=vllm["mode"] != "none",
         remove_unused_columns=False,
-        report_to=list(grpo["report_to"]),
+        report_to=list(grpo.report_to),
         # The per-step progress line (grpoflow.progress) replaces tqdm's bar, which a log file shows as one endless line.
         disable_tqdm=True,
     )
@@ -248,12 +250,12 @@ def grpo_config_kwargs(spec: dict) -> dict:
     return kwargs
 
 
-def vllm_colocate_kwargs(grpo: dict, vllm: dict) -> dict:
+def vllm_colocate_kwargs(grpo: GrpoSettings, vllm: dict) -> dict:
     return dict(
         vllm_gpu_memory_utilization=vllm["gpu_memory_utilization"],
         vllm_tensor_parallel_size=vllm["tensor_parallel_size"],
         # Room for the longest prompt kept (grpo.max_prompt_length) and a full completion, nothing more.
-        vllm_max_model_length=grpo["max_prompt_length"] + grpo["max_response_length"],
+        vllm_max_model_length=grpo.max_prompt_length + grpo.max_response_length,
     )
 
 
@@ -279,11 +281,11 @@ def grpo_config(spec: dict, reward_kwargs: dict):
 
 
 def stop_kwargs(spec: dict, tokenizer, model_path: str) -> dict:
-    """Rollouts stop on the tokens evaluation stops on (grpoflow.evaluation.generation.stop_token_ids: the
+    """Rollouts stop on the tokens evaluation stops on (grpoflow.generation.stop_token_ids: the
     tokenizer's EOS, the model's generation_config EOS, ChatML's <|im_end|>/<|endoftext|>). TRL alone stops on the
     first two only, so a base model whose generation config lists only <|endoftext|> (Qwen2.5-Math) would run on
     past the chat template's end of turn. HF generate takes them as eos_token_id, vLLM as stop_token_ids."""
-    from grpoflow.evaluation.generation import ModelSource, stop_token_ids
+    from grpoflow.generation import ModelSource, stop_token_ids
 
     ids = stop_token_ids(tokenizer, ModelSource(name="start", kind="sft", path=model_path))
     return {"stop_token_ids": ids} if spec["trl"]["vllm"]["mode"] != "none" else {"eos_token_id": ids}
@@ -417,8 +419,10 @@ def build_trainer(spec: dict, model_path: str):
             f"the start model's tokenizer ({model_path}) has no chat template: GRPO renders the dataset's chat prompts with it; use an SFT checkpoint saved with its tokenizer"
         )
     dataset = load_prompts(spec["train"], tokenizer, grpo["max_prompt_length"], where)
+    # The reward set as the plan decoded from the spec has it (grpoflow.plan.TrainingPlan): built, not resolved again.
+    plan = TrainingPlan.decode("trl", spec)
     rewards = build_reward_funcs(
-        spec["rewards"], grpo["num_generations"], tokenizer=tokenizer, max_response_length=grpo["max_response_length"]
+        plan.rewards, grpo["num_generations"], tokenizer=tokenizer, max_response_length=grpo["max_response_length"]
     )
     # trl.extra_args.generation_kwargs (if any) adds to the stop tokens rather than dropping them.
     stops = stop_kwargs(spec, tokenizer, model_path)

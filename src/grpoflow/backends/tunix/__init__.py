@@ -1,5 +1,5 @@
-"""The Tunix backend (Tunix 0.1.7 ``GRPOLearner`` on JAX: TPU VMs, also CPU and GPU): the interface of
-``grpoflow.backends`` and its tables.
+"""The Tunix backend (Tunix 0.1.7 ``GRPOLearner`` on JAX: TPU VMs, also CPU and GPU): its Backend
+object (``BACKEND``) and its tables.
 
 Files:
 
@@ -10,6 +10,7 @@ Files:
 - ``ckpt.py``: the checkpoint dir (Tunix's Orbax checkpoints ``actor/<step>``);
 - ``qwen3.py``: Hugging Face Qwen3 checkpoints <-> Tunix's Qwen3 (load; export to an HF model dir);
 - ``merge.py``: ``merge_checkpoint`` for this backend (an Orbax step -> an HF model dir);
+- ``generate.py``: its generator for ``evaluation.backend: tunix`` (Tunix's sampler);
 - ``memory.py``: the HBM estimate per chip for a declared ``tunix.tpu`` (config load, ``snakemake -n``).
 
 Importing this package stays free of JAX/Tunix: the Snakefile imports it on every dry-run, in the environment that
@@ -18,67 +19,12 @@ runs Snakemake, which does not hold Tunix.
 
 from __future__ import annotations
 
-from grpoflow import envcheck
-from grpoflow.backends import HUB_WEIGHT_BYTES, TPU, TUNIX
-from grpoflow.backends.memory import DTYPE_BYTES
+from grpoflow.backends.tunix import environment
 from grpoflow.backends.tunix.ckpt import checkpoints
-from grpoflow.backends.tunix.commandline import check_tunix_experiment as check
-from grpoflow.backends.tunix.commandline import command
-
-__all__ = [
-    "MERGE_CHECK",
-    "METRICS",
-    "SETTINGS",
-    "accelerator",
-    "check",
-    "checkpoint_size",
-    "checkpoints",
-    "command",
-    "environment",
-    "merged_size",
-    "plane",
-    "summary",
-]
-
-MERGE_CHECK = "merge-tunix"  # Tunix's Qwen3 and Orbax, in the Tunix interpreter
-
-
-def plane(exp: dict) -> str:
-    return TUNIX  # Tunix + JAX: requirements/tunix.lock, whose pins differ from the cluster lock's
-
-
-def accelerator(exp: dict) -> str:
-    # The device JAX opens, a TPU on a TPU VM: one process at a time holds it, so every Tunix training job takes the
-    # `tpu` resource, a declared tunix.tpu or not.
-    return TPU
-
-
-def environment(exp: dict, rule: str) -> list[tuple[str, str, str]]:
-    return envcheck.NEEDS["train-tunix" if rule == "train_grpo" else MERGE_CHECK]
-
-
-def summary(name: str, exp: dict) -> str | None:
-    """The HBM estimate per chip for a declared ``tunix.tpu`` (grpoflow.backends.tunix.memory.summary); none
-    without one."""
-    from grpoflow.backends.tunix.memory import summary as memory_summary
-
-    return memory_summary(name, exp) if exp["tunix"]["tpu"] else None
-
-
-def checkpoint_size(exp: dict, arch, rank: int) -> tuple[int, str]:
-    """Tunix's CheckpointManager (``tunix/sft/checkpoint_manager.py``) writes Orbax items ``model_params``
-    (``nnx.state(model)``; with LoRA only the LoRA params) and ``optimizer_state`` (AdamW's two moments), in
-    ``tunix.param_dtype``. Orbax compresses them (zstd), so this is an upper bound (80 % was written for a small
-    Qwen3 after one step: tests/backends/tunix/test_tunix_checkpoint_size.py)."""
-    dtype = exp["tunix"]["param_dtype"]
-    trained = arch.lora_params(rank) if rank else arch.params
-    return 3 * trained * DTYPE_BYTES[dtype], f"{dtype} params + AdamW state, Orbax"
-
-
-def merged_size(exp: dict, arch, rank: int) -> tuple[int, str]:
-    """merge.py exports in the start's dtype (taken as the Hub's bfloat16)."""
-    return arch.params * HUB_WEIGHT_BYTES, "the start's bfloat16"
-
+from grpoflow.backends.tunix.commandline import check_tunix_experiment, command
+from grpoflow.planes import TPU, TUNIX
+from grpoflow.training import Generator
+from grpoflow.training.memory import DTYPE_BYTES, HUB_WEIGHT_BYTES
 
 # grpoflow key -> what it sets in Tunix (runner.train: tunix.rl.rl_cluster RLTrainingConfig / RolloutConfig,
 # tunix.rl.grpo.grpo_learner GRPOConfig, optax, orbax). tests/backends/tunix checks the runner reads each key.
@@ -109,7 +55,7 @@ SETTINGS: dict[str, str] = {
 }
 
 # Tunix's logged scalar (``<prefix>/train/<name>``) -> train_metrics.jsonl key. ``grpoflow/...`` are the metrics
-# grpoflow.rewards.tunix computes; reward/<func> keys pass through.
+# grpoflow.backends.tunix.rewards computes; reward/<func> keys pass through.
 METRICS = {
     "grpoflow/train/reward": "reward",
     "grpoflow/train/reward_std": "reward_std",
@@ -126,3 +72,73 @@ METRICS = {
     "actor/train/learning_rate": "learning_rate",
 }
 REWARD_COMPONENT_PREFIX = "grpoflow/train/reward/"  # + <func>  ->  reward/<func>
+
+
+class TunixBackend:
+    """The Tunix backend's Backend object (grpoflow.training.Backend)."""
+
+    name = "tunix"
+    MERGE_CHECK = environment.MERGE  # Tunix's Qwen3 and Orbax, in the Tunix interpreter
+    # Tunix's own sampler, in the Tunix environment; it holds the TPU (one job at a time with training).
+    GENERATOR = Generator("grpoflow.backends.tunix.generate", TUNIX, environment.GENERATE, TPU)
+    MERGE_CHECKED_WITH = "safetensors"  # the Tunix environment has no torch: tensor by tensor against the start's files
+    SETTINGS = SETTINGS
+    METRICS = METRICS
+
+    def command(self, cfg, experiment: str, inputs: dict, outputs: dict) -> str:
+        return command(cfg, experiment, inputs, outputs)
+
+    def check(self, name: str, exp: dict, cfg=None) -> None:
+        check_tunix_experiment(name, exp, cfg)
+
+    def checkpoints(self, checkpoint_dir) -> dict:
+        return checkpoints(checkpoint_dir)
+
+    def merge(self, checkpoint_dir: str, step: int, base: str, out) -> dict:
+        from grpoflow.backends.tunix.merge import merge  # its trainer's libraries: only in the merge job
+
+        return merge(checkpoint_dir, step, base, out)
+
+    def validate(self, cfg, name: str) -> None:
+        return None  # no check against the trainer's own config schema beyond ``check``
+
+    def plane(self, exp: dict) -> str:
+        return TUNIX  # Tunix + JAX: requirements/tunix.lock, whose pins differ from the cluster lock's
+
+    def accelerator(self, exp: dict) -> str:
+        # The device JAX opens, a TPU on a TPU VM: one process at a time holds it, so every Tunix training job takes
+        # the `tpu` resource, a declared tunix.tpu or not.
+        return TPU
+
+    def environment(self, exp: dict, rule: str) -> list[tuple[str, str, str]]:
+        return list((environment.TRAIN if rule == "train_grpo" else environment.MERGE).needs)
+
+    def summary(self, name: str, exp: dict) -> str | None:
+        """The HBM estimate per chip for a declared ``tunix.tpu`` (grpoflow.backends.tunix.memory.summary); none
+        without one."""
+        from grpoflow.backends.tunix.memory import summary as memory_summary
+
+        return memory_summary(name, exp) if exp["tunix"]["tpu"] else None
+
+    def declared_device(self, exp: dict) -> str:
+        """The declared ``tunix.tpu`` ("" for none), which the train_grpo and evaluate jobs check JAX runs on
+        (grpoflow.backends.tunix.device)."""
+        from grpoflow.backends.tunix.device import experiment_tpu
+
+        return experiment_tpu(exp)
+
+    def checkpoint_size(self, exp: dict, arch, rank: int) -> tuple[int, str]:
+        """Tunix's CheckpointManager (``tunix/sft/checkpoint_manager.py``) writes Orbax items ``model_params``
+        (``nnx.state(model)``; with LoRA only the LoRA params) and ``optimizer_state`` (AdamW's two moments), in
+        ``tunix.param_dtype``. Orbax compresses them (zstd), so this is an upper bound (80 % was written for a small
+        Qwen3 after one step: tests/backends/tunix/test_tunix_checkpoint_size.py)."""
+        dtype = exp["tunix"]["param_dtype"]
+        trained = arch.lora_params(rank) if rank else arch.params
+        return 3 * trained * DTYPE_BYTES[dtype], f"{dtype} params + AdamW state, Orbax"
+
+    def merged_size(self, exp: dict, arch, rank: int) -> tuple[int, str]:
+        """merge.py exports in the start's dtype (taken as the Hub's bfloat16)."""
+        return arch.params * HUB_WEIGHT_BYTES, "the start's bfloat16"
+
+
+BACKEND = TunixBackend()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from grpoflow.backends import common
+from grpoflow.training import common
 
 ACTOR_SUBDIR = "actor"  # Tunix's RLCluster: <checkpoint_root_directory>/actor
 STEP_DIR = re.compile(r"^(\d+)(?:\.orbax-checkpoint-tmp.*)?$")

@@ -11,26 +11,25 @@ free of JAX/Tunix imports because the Snakefile imports it on every dry-run.
 
 from __future__ import annotations
 
-from grpoflow.backends import common
-from grpoflow.config import WorkflowConfig, register_backend_check
 from grpoflow.errors import ConfigError
+from grpoflow.training import ResolvedConfig, common
 
 # tunix.* keys that only feed checks (config load; tpu also the job's start check, through GRPOFLOW_TUNIX_TPU, which
 # the rule exports outside the spec): not the trainer's business, so changing them reruns nothing.
 CHECK_ONLY = ("tpu",)
+ENTRY = "grpoflow.backends.tunix.train"  # train_grpo's entry point, named in finished runs' commands
 
 
-def training_spec(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> dict:
+def training_spec(cfg: ResolvedConfig, experiment: str, inputs: dict, outputs: dict) -> dict:
     spec = common.training_spec(cfg, experiment, inputs, outputs)
     spec["tunix"] = {k: v for k, v in spec["tunix"].items() if k not in CHECK_ONLY}
     return spec
 
 
-def command(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> str:
-    return common.spec_command("tunix", training_spec(cfg, experiment, inputs, outputs))
+def command(cfg: ResolvedConfig, experiment: str, inputs: dict, outputs: dict) -> str:
+    return common.spec_command(ENTRY, training_spec(cfg, experiment, inputs, outputs))
 
 
-@register_backend_check("tunix")
 def check_tunix_experiment(name: str, exp: dict, cfg=None) -> None:
     """What Tunix would only reject once the model is loaded, and the HBM estimate for a declared tunix.tpu
     (grpoflow.backends.tunix.memory)."""
@@ -48,7 +47,7 @@ def check_tunix_experiment(name: str, exp: dict, cfg=None) -> None:
         )
     lr = grpo["learning_rate"]
     if tunix["param_dtype"] == "bfloat16" and not exp["checks"]["allow_bf16_master_weights"]:
-        from grpoflow.backends.memory import TYPICAL_WEIGHT, bf16_half_spacing, bf16_update_lost
+        from grpoflow.training.memory import TYPICAL_WEIGHT, bf16_half_spacing, bf16_update_lost
 
         if bf16_update_lost(lr):
             raise ConfigError(

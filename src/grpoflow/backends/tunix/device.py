@@ -17,17 +17,8 @@ ENV = "GRPOFLOW_TUNIX_TPU"
 
 
 def experiment_tpu(exp: dict) -> str:
-    """The TPU a resolved experiment declares for its train_grpo job ("" for none, or another backend)."""
-    return ((exp.get("tunix") or {}).get("tpu") or "") if exp.get("backend") == "tunix" else ""
-
-
-def evaluation_tpu(evaluation: dict, experiments: dict) -> str:
-    """The TPU a Tunix evaluation runs on: the one the config's Tunix experiments declare ("" for none, or for an
-    evaluation backend other than tunix). The evaluation section has no TPU of its own: it shares training's."""
-    if evaluation.get("backend") != "tunix":
-        return ""
-    declared = sorted({experiment_tpu(e) for e in experiments.values()} - {""})
-    return declared[0] if declared else ""
+    """The TPU a resolved Tunix experiment declares for its jobs ("" for none)."""
+    return exp["tunix"].get("tpu") or ""
 
 
 def require_declared_tpu(job: str, tpu: str | None = None) -> None:

@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from grpoflow.backends.memory import (
+from grpoflow.training.memory import (
     DTYPE_BYTES,
     GIB,
     LAYER_BACKWARD_FACTOR,

@@ -18,10 +18,6 @@ from grpoflow.errors import DataError
 
 log = logging.getLogger(__name__)
 
-# grpoflow.merge checks the exported dir tensor by tensor against the start's files: the Tunix environment has
-# no torch to load it with transformers.
-CHECK_WITH = "safetensors"
-
 
 def merge(checkpoint_dir: str, step: int, base: str, out: Path) -> dict:
     # On the host CPU: a TPU is held by one process at a time (a training of another experiment may hold it),

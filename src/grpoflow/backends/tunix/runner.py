@@ -10,7 +10,7 @@ What it does, in order (``run_training``):
    frozen reference when ``grpo.kl_coef > 0``; with ``grpo.lora``, qwix adapters on the start model are the actor
    and the start model itself is the reference;
 3. builds Tunix's ``RLCluster`` (one mesh for actor, reference and rollout; vanilla or vLLM rollout) and
-   ``GRPOLearner`` with the one reward function of grpoflow's registry (grpoflow.rewards.tunix);
+   ``GRPOLearner`` with the one reward function of grpoflow's registry (grpoflow.backends.tunix.rewards);
 4. trains to ``grpo.total_steps``. Tunix's ``PeftTrainer`` restores the newest Orbax checkpoint under
    ``<checkpoint_dir>/actor/`` by itself (weights and optimizer state) and fast-forwards the data iterator, which
    is deterministic (``grpo.seed``), so a resumed run sees the prompts it would have seen;
@@ -32,13 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-from grpoflow.backends import common
 from grpoflow.backends.tunix import METRICS, REWARD_COMPONENT_PREFIX
 from grpoflow.backends.tunix.ckpt import ACTOR_SUBDIR, LIVE_METRICS, checkpoints, cut_off_saves, latest_complete
 from grpoflow.discovery import model_path as sft_model_path
 from grpoflow.errors import ConfigError, DataError
 from grpoflow.io import exclusive_dir
 from grpoflow.progress import StepProgress
+from grpoflow.training import common
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def prepare_checkpoint_dir(spec: dict, model_path: str) -> int:
 
 def load_prompts(parquet: str, tokenizer, max_prompt_length: int, where: str) -> list[dict]:
     """The train split's rows as ``{"prompt": chat-templated text, "ground_truth": str}`` (prompts longer than
-    ``max_prompt_length`` tokens dropped, as with TRL: grpoflow.backends.common.prompts_within)."""
+    ``max_prompt_length`` tokens dropped, as with TRL: grpoflow.training.common.prompts_within)."""
     kept = common.prompts_within(parquet, tokenizer, max_prompt_length, where)
     return [{"prompt": text, "ground_truth": str(row["reward_model"]["ground_truth"])} for text, row in kept]
 
@@ -379,7 +379,7 @@ def _learner(spec: dict, cluster, tokenizer):
     """Tunix's GRPO learner on ``cluster`` with grpoflow's rewards (one batch-scored reward + its metrics)."""
     from tunix.rl.grpo import grpo_learner
 
-    from grpoflow.rewards.tunix import build_reward_fns
+    from grpoflow.backends.tunix.rewards import build_reward_fns
 
     grpo, tunix = spec["grpo"], spec["tunix"]
     reward_fns, metric_fn = build_reward_fns(

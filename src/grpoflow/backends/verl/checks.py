@@ -4,7 +4,7 @@ Pure arithmetic over the resolved config, no verl import (milliseconds). They ca
 verl would only report on the cluster: its own ``validate_config`` rules (batch × n divisible by the GPUs,
 mini-batch ≤ batch), the asserts its workers hit at the first update (mini-batch split over data-parallel
 ranks, micro-batches), vLLM's tensor-parallel layout, and extra overrides that fight grpoflow's own keys.
-The full check, against verl's real Hydra schema, is ``python -m grpoflow.backends.verl.validate``.
+The full check, against verl's real Hydra schema, is ``python -m grpoflow.validate``.
 """
 
 from __future__ import annotations
@@ -12,13 +12,11 @@ from __future__ import annotations
 import math
 
 from grpoflow.backends.verl.memory import GIB, HOST_PER_GPU_GIB
-from grpoflow.config import register_backend_check
 from grpoflow.errors import ConfigError
 
 VLLM_MAX_LORA_RANK = 512  # verl maps a LoRA rank to vLLM's next allowed one, up to 512
 
 
-@register_backend_check("verl")
 def check_verl_experiment(name: str, exp: dict, cfg=None) -> None:
     where = f"experiments.{name}"
     grpo, verl, res = exp["grpo"], exp["verl"], exp["resources"]
@@ -119,8 +117,8 @@ def _check_overrides(name: str, exp: dict, fail) -> None:
 def _check_numerics(exp: dict, fail) -> None:
     """bf16 master weights hold AdamW's updates only when they are at least half bf16's spacing at a weight's
     magnitude; below that (lr 1e-6 at |w| ≈ 0.016, spacing 1.2e-4) nearly every update rounds to zero and the run
-    "completes" with the SFT weights (grpoflow.backends.memory.bf16_update_lost)."""
-    from grpoflow.backends.memory import TYPICAL_WEIGHT, bf16_half_spacing, bf16_update_lost
+    "completes" with the SFT weights (grpoflow.training.memory.bf16_update_lost)."""
+    from grpoflow.training.memory import TYPICAL_WEIGHT, bf16_half_spacing, bf16_update_lost
 
     lr = exp["grpo"]["learning_rate"]
     if exp["verl"]["model_dtype"] == "bf16" and bf16_update_lost(lr) and not exp["checks"]["allow_bf16_master_weights"]:

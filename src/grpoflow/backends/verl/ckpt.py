@@ -11,8 +11,8 @@ import os
 import re
 from pathlib import Path
 
-from grpoflow.backends import common
 from grpoflow.errors import DataError
+from grpoflow.training import common
 
 LATEST = "latest_checkpointed_iteration.txt"
 STEP_DIR = re.compile(r"^global_step_(\d+)$")

@@ -14,8 +14,8 @@ from __future__ import annotations
 import shlex
 
 from grpoflow.backends.verl import overrides as ov
-from grpoflow.config import WorkflowConfig
 from grpoflow.schema import config_hash
+from grpoflow.training import ResolvedConfig
 
 # The experiment sections that define what gets trained. The marker's config hash covers exactly these, so
 # changing e.g. upload.repo_id or merge_step neither changes the command nor retrains.
@@ -35,7 +35,7 @@ def environment(exp: dict) -> dict[str, str]:
     return env
 
 
-def command(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -> str:
+def command(cfg: ResolvedConfig, experiment: str, inputs: dict, outputs: dict) -> str:
     exp = cfg.experiment(experiment)
     items = ov.build(exp, experiment, inputs, cfg.checkpoint_dir(experiment))
     env = environment(exp)
@@ -56,7 +56,7 @@ def command(cfg: WorkflowConfig, experiment: str, inputs: dict, outputs: dict) -
     return f"{prefix}{shlex.join(wrapper)} -- \\\n    {ov.ENTRYPOINT} \\\n    {ov.render(items)}"
 
 
-def trainer_argv(cfg: WorkflowConfig, experiment: str, inputs: dict, model_path: str, cwd: str) -> list[str]:
+def trainer_argv(cfg: ResolvedConfig, experiment: str, inputs: dict, model_path: str, cwd: str) -> list[str]:
     """verl's argv with the job-time values filled in (what the shell would pass): for validation."""
     exp = cfg.experiment(experiment)
     items = ov.build(exp, experiment, inputs, cfg.checkpoint_dir(experiment))

@@ -27,7 +27,7 @@ It models verl 0.9.1's colocated FSDP2 actor + vLLM rollout (read in the 0.9.1 w
   ``ppo_max_token_len_per_gpu`` with dynamic batch size: a run fits when every response reaches
   ``max_response_length``, not only while responses are short.
 
-What it cannot know (stated constants below and in grpoflow.backends.memory, the shared model this builds on):
+What it cannot know (stated constants below and in grpoflow.training.memory, the shared model this builds on):
 CUDA contexts, NCCL buffers, what vLLM keeps while asleep, allocator fragmentation. They were not measured here
 (no GPU); each says where its value comes from. The calibration against verl's own published configurations is
 in tests/backends/verl/test_memory.py and docs/cluster.md.
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpoflow.backends.memory import (
+from grpoflow.training.memory import (
     CARD_GIB_PER_GB,
     CUDA_CONTEXT_GIB,
     DTYPE_BYTES,

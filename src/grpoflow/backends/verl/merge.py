@@ -3,7 +3,7 @@
     python -m verl.model_merger merge --backend fsdp --local_dir <ckpt>/global_step_N/actor --target_dir <tmp>
 
 With LoRA, verl's merger writes the frozen base weights plus the adapter in ``lora_adapter/`` and leaves them
-unmerged; the adapter is merged into those base weights with PEFT (grpoflow.merge.peft_merge). A LoRA-only
+unmerged; the adapter is merged into those base weights with PEFT (grpoflow.training.merging.peft_merge). A LoRA-only
 checkpoint (``checkpoint.save_lora_only``) has no base weights: its adapter is merged into the SFT start instead.
 Runs in the cluster environment (verl).
 """
@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from grpoflow.errors import DataError, GrpoflowError
-from grpoflow.merge import LORA_SUBDIR, adapter_info, copy_tokenizer, peft_merge
+from grpoflow.training.merging import LORA_SUBDIR, adapter_info, copy_tokenizer, peft_merge
 
 log = logging.getLogger("grpoflow.merge")
 

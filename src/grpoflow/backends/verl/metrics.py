@@ -19,9 +19,9 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from grpoflow.backends.common import map_metrics, number
 from grpoflow.backends.verl import METRICS
 from grpoflow.errors import DataError
+from grpoflow.training.common import map_metrics, number
 
 METRICS_SUBDIR = "grpoflow-metrics"
 

@@ -20,11 +20,10 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from grpoflow.errors import ConfigError
-
 # Imported here, unguarded: an import error of the reward module stops the command's composition (the DAG build,
 # `snakemake -n`, validate) at once, not verl's first step on a command without the custom reward.
-from grpoflow.rewards import verl as rewards_verl
+from grpoflow.backends.verl import rewards as rewards_verl
+from grpoflow.errors import ConfigError
 from grpoflow.rewards.combine import RewardSet, needs_group_terms
 
 ENTRYPOINT = "python -m verl.trainer.main_ppo"
@@ -130,7 +129,7 @@ def _lora(grpo: dict) -> list[tuple[str, Any, str]]:
     ]
 
 
-# ---- the reward part: grpoflow's scorer and advantage estimator, as verl 0.9.1 loads them (grpoflow.rewards.verl)
+# ---- the reward part: grpoflow's scorer and advantage estimator, as verl 0.9.1 loads them (grpoflow.backends.verl.rewards)
 
 
 def reward_overrides(rewards_cfg: dict, *, max_response_length: int | None = None) -> list[str]:

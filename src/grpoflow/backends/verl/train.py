@@ -40,8 +40,8 @@ from pathlib import Path
 
 from grpoflow import checkpoint_record as ckrec
 from grpoflow import envcheck, gpucheck
-from grpoflow.backends.common import split_wrapped_command, write_marker, write_metrics
 from grpoflow.backends.verl import ckpt as ck
+from grpoflow.backends.verl import environment
 from grpoflow.backends.verl import metrics as vm
 from grpoflow.backends.verl.memory import at_job_start as memory_estimate
 from grpoflow.errors import DataError, GrpoflowError
@@ -51,6 +51,7 @@ from grpoflow.progress import StepProgress
 from grpoflow.provenance import provenance
 from grpoflow.schema import saved_steps
 from grpoflow.threads import cpu_affinity, process_threads, snakemake_threads
+from grpoflow.training.common import split_wrapped_command, write_marker, write_metrics
 
 log = logging.getLogger("grpoflow.backends.verl.train")
 
@@ -421,7 +422,7 @@ def _check_before_launch(trainer_argv: list[str], ov: dict[str, str], marker: st
                 "%s=1: environment check skipped; verl fails at its own import if a package is missing", SKIP_ENV_CHECK
             )
         else:
-            envcheck.check("train-verl", ov)
+            envcheck.require(environment.JOB, environment.training_needs(ov))
         gpucheck.checked("train_grpo (backend verl)", marker)
     preflight(ov)
     log.info("%s", memory_estimate(ov))  # the config-load GPU-memory estimate, redone with the model's config.json

@@ -1,6 +1,5 @@
-"""Check verl experiments against verl's real configuration before anything is submitted.
-
-    python -m grpoflow.backends.verl.validate --configfile config/qwen3-32b-gsm8k.yaml [--experiment NAME ...]
+"""Check verl experiments against verl's real configuration before anything is submitted: verl's Backend.validate,
+which ``python -m grpoflow.validate --configfile config/qwen3-32b-gsm8k.yaml [--experiment NAME ...]`` runs.
 
 For each verl experiment of the config, the exact overrides `train_grpo` passes to
 ``python -m verl.trainer.main_ppo`` (job-time values filled with placeholders) are
@@ -15,13 +14,11 @@ For each verl experiment of the config, the exact overrides `train_grpo` passes 
    keys inside structured sections).
 
 Needs verl 0.9.1 (the cluster environment, or the CI/test environment); not vLLM (a LoRA check verl imports
-from vLLM is replaced by the same table when vLLM is absent). Exit 0 when every experiment passes, 1 with one
-line per failing experiment otherwise.
+from vLLM is replaced by the same table when vLLM is absent).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib.util
 import io
@@ -34,8 +31,8 @@ from typing import Any
 
 from grpoflow.backends.verl import commandline as vcommand
 from grpoflow.backends.verl import overrides as ov
-from grpoflow.config import WorkflowConfig, load_config_files, resolve_config
-from grpoflow.errors import ConfigError, GrpoflowError
+from grpoflow.errors import ConfigError
+from grpoflow.training import ResolvedConfig
 
 PLACEHOLDER_MODEL = "/grpoflow-validate/sft-model"
 # Free-form dicts verl hands on as keyword arguments: `+` keys under them are read.
@@ -74,7 +71,7 @@ def _stub_vllm_lora_rank() -> None:
     sys.modules[name] = stub
 
 
-def training_inputs(cfg: WorkflowConfig, experiment: str) -> dict:
+def training_inputs(cfg: ResolvedConfig, experiment: str) -> dict:
     """The train_grpo inputs of an experiment (as the Snakefile wires them)."""
     data = cfg.experiment(experiment)["data"]
     inputs = {"train": cfg.parquet(data["dataset"], data["train_split"]), "sft": f"results/{experiment}/sft.json"}
@@ -116,7 +113,7 @@ def compose(hydra_overrides: list[str]):
         return hydra_compose(config_name="ppo_trainer", overrides=hydra_overrides)
 
 
-def validate_experiment(cfg: WorkflowConfig, experiment: str, quiet: bool = True) -> dict[str, Any]:
+def validate_experiment(cfg: ResolvedConfig, experiment: str, quiet: bool = True) -> dict[str, Any]:
     """Compose + check one experiment; raises ConfigError naming the problem. Returns a short summary."""
     from omegaconf import OmegaConf
 
@@ -171,45 +168,10 @@ def validate_experiment(cfg: WorkflowConfig, experiment: str, quiet: bool = True
     }
 
 
-def validate_config_files(paths: list[str], experiments: list[str] | None = None) -> list[dict]:
-    cfg = resolve_config(load_config_files(paths))
-    names = [n for n, e in cfg.experiments.items() if e["backend"] == "verl"]
-    if experiments:
-        unknown = sorted(set(experiments) - set(cfg.experiments))
-        if unknown:
-            raise ConfigError(
-                f"--experiment {unknown[0]!r} is not in {', '.join(paths)} (experiments: {', '.join(cfg.experiments)})"
-            )
-        names = [n for n in names if n in experiments]
-    return [validate_experiment(cfg, n) for n in names]
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m grpoflow.backends.verl.validate", description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--configfile",
-        nargs="+",
-        default=["config/config.yaml"],
-        help="config file(s), merged like snakemake --configfile",
+def summary(result: dict) -> str:
+    """The line ``python -m grpoflow.validate`` prints for one experiment's result."""
+    return (
+        f"{result['overrides']} overrides compose against verl 0.9.1 and pass validate_config (estimator "
+        f"{result['adv_estimator']}, reference policy {'on' if result['reference_policy'] else 'off'}, reward "
+        f"{result['reward_function']}) in {result['seconds']} s"
     )
-    p.add_argument("--experiment", nargs="*", help="only these experiments (default: every verl experiment)")
-    args = p.parse_args(argv)
-    started = time.perf_counter()
-    try:
-        results = validate_config_files(args.configfile, args.experiment)
-    except GrpoflowError as err:
-        print(f"grpoflow: error: {err}", file=sys.stderr)
-        return 1
-    if not results:
-        print(f"no verl experiments in {', '.join(args.configfile)}")
-    for r in results:
-        print(
-            f"OK {r['experiment']}: {r['overrides']} overrides compose against verl 0.9.1 and pass validate_config "
-            f"(estimator {r['adv_estimator']}, reference policy {'on' if r['reference_policy'] else 'off'}, reward {r['reward_function']}) in {r['seconds']} s"
-        )
-    print(f"done in {time.perf_counter() - started:.1f} s")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

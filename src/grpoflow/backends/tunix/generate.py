@@ -1,4 +1,4 @@
-"""The Tunix backend (``evaluation.backend: tunix``): Tunix 0.1.7's own sampler (``tunix.generate.sampler.Sampler``,
+"""The Tunix backend's generator (``evaluation.backend: tunix``, its Backend object's ``GENERATOR``): Tunix 0.1.7's own sampler (``tunix.generate.sampler.Sampler``,
 what its vanilla rollout generates with) on the job's JAX devices: a TPU VM's chips, or the CPU (tests). The job runs
 in the Tunix environment (grpoflow.deployment's tunix plane), one at a time with training (the ``tpu`` resource of
 rules/evaluate.smk and rules/train.smk: one process can hold a TPU).
@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from grpoflow.errors import DataError
-from grpoflow.evaluation.generation import Completion, ModelSource, completion_from_ids, warn_beyond_positions
-from grpoflow.evaluation.settings import Generation
+from grpoflow.generation import Completion, ModelSource, completion_from_ids, warn_beyond_positions
 from grpoflow.progress import batch_line
+
+if TYPE_CHECKING:
+    from grpoflow.evaluation.settings import Generation
 
 log = logging.getLogger(__name__)
 

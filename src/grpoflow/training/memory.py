@@ -20,6 +20,9 @@ import re
 from dataclasses import dataclass, field
 
 GIB = 1024**3
+# How the Qwen3 presets' weights are published on the Hub (their config.json torch_dtype: bfloat16): the size of a
+# Hub download, and the dtype a merge saves in when it keeps the start's.
+HUB_WEIGHT_BYTES = 2
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "float32": 4, "bfloat16": 2, "float16": 2}
 
 # One recomputed layer's backward: its saved activations plus the gradients in flight (about half as much

@@ -44,10 +44,12 @@ __all__ = [
 ]
 
 ESTIMATOR = "grpoflow"  # algorithm.adv_estimator
-PLUGIN_MODULE = "grpoflow.rewards.verl_plugin"  # VERL_USE_EXTERNAL_MODULES / reward manager module
+PLUGIN_MODULE = "grpoflow.backends.verl.reward_plugin"  # VERL_USE_EXTERNAL_MODULES / reward manager module
 REWARD_MANAGER = "GrpoflowRewardManager"  # passes each response's token count to compute_score
 TOKENS_KEY = "grpoflow_response_tokens"  # extra_info key the reward manager sets
-SCORE_MODULE = "grpoflow.rewards.verl"  # reward.custom_reward_function.path=pkg://grpoflow.rewards.verl
+SCORE_MODULE = (
+    "grpoflow.backends.verl.rewards"  # reward.custom_reward_function.path=pkg://grpoflow.backends.verl.rewards
+)
 COMPUTE_SCORE_PATH = str(Path(__file__).resolve())
 # Group-level rewards the estimator implements (every registry reward with group=True must be listed here).
 GROUP_REWARDS = ("length",)

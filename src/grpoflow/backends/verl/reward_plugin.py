@@ -2,13 +2,13 @@
 the ``grpoflow`` advantage estimator that applies the group-level reward terms.
 
 Loaded by verl itself: as the reward manager module (``reward.reward_manager.module.path=pkg://grpoflow.
-rewards.verl_plugin``) and through ``VERL_USE_EXTERNAL_MODULES=grpoflow.rewards.verl_plugin``, which imports it
+rewards.verl_plugin``) and through ``VERL_USE_EXTERNAL_MODULES=grpoflow.backends.verl.reward_plugin``, which imports it
 wherever ``verl`` is imported (the driver computes advantages). Importing it requires verl.
 
 The estimator, per prompt group (verl's ``uid``):
 
 1. reads each response's per-sample reward S (what ``compute_score`` returned) from the token-level rewards and,
-   when ``length`` is configured, its correctness from the score's tag bits (``grpoflow.rewards.verl``);
+   when ``length`` is configured, its correctness from the score's tag bits (``grpoflow.backends.verl.rewards``);
 2. R = S + w_length · kimi_length(response tokens, correct);
 3. with ``normalize: per_prompt``, R ← (R − mean)/(std + eps) (sample std, as verl's GRPO);
 4. hands R to verl's own ``compute_grpo_outcome_advantage`` (so ``norm_adv_by_std_in_grpo`` keeps its
@@ -22,10 +22,10 @@ import torch
 from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, compute_grpo_outcome_advantage, register_adv_est
 
+from grpoflow.backends.verl.rewards import ESTIMATOR, TOKENS_KEY, untag_scores
 from grpoflow.errors import GrpoflowError
 from grpoflow.rewards.combine import groups_of, znorm
 from grpoflow.rewards.funcs import kimi_length
-from grpoflow.rewards.verl import ESTIMATOR, TOKENS_KEY, untag_scores
 
 __all__ = ["GrpoflowRewardManager", "compute_grpoflow_advantage"]
 

@@ -12,7 +12,6 @@ reading the RL Parquet. Light (no trainer imports).
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import math
@@ -201,7 +200,9 @@ def training_spec(cfg, experiment: str, inputs: dict, outputs: dict, **extra: An
         "experiment": experiment,
         "sft": inputs["sft"],  # sft.json: its "path" is the model GRPO starts from (read when training starts)
         "train": inputs["train"],
-        "grpo": exp["grpo"],
+        # The plan's typed grpo settings, written back as the section (byte-identical JSON: tests/pipeline's rerun
+        # record), which the job decodes again (grpoflow.plan.TrainingPlan).
+        "grpo": cfg.plans[experiment].grpo.as_dict(),
         "rewards": exp["rewards"],
         backend: exp[backend],
         "checkpoint_dir": cfg.checkpoint_dir(experiment),
@@ -215,28 +216,33 @@ def training_spec(cfg, experiment: str, inputs: dict, outputs: dict, **extra: An
     }
 
 
-def spec_command(backend: str, spec: dict) -> str:
-    """``python -m grpoflow.backends.<backend>.train --spec '<spec as sorted JSON>'`` (what `snakemake -n -p` shows)."""
-    return f"python -m grpoflow.backends.{backend}.train --spec {shlex.quote(json.dumps(spec, sort_keys=True))}"
+def spec_command(entry: str, spec: dict) -> str:
+    """``python -m <entry> --spec '<spec as sorted JSON>'`` (what `snakemake -n -p` shows): ``entry`` is the backend's
+    entry-point module (``grpoflow.backends.<name>.train``), which finished runs' commands name."""
+    return f"python -m {entry} --spec {shlex.quote(json.dumps(spec, sort_keys=True))}"
 
 
 # ---- a backend's entry point: python -m grpoflow.backends.<name>.train --spec JSON ----------------------------------
 
 
-def train_main(backend: str, argv: list[str] | None, env_check: str | Callable[[dict], None] | None = None) -> int:
-    """Parse ``--spec``, log the interpreter, run the environment check ``env_check`` (a grpoflow.envcheck kind, or
-    a function of the spec; seconds, before any trainer import), then ``grpoflow.backends.<backend>.runner.run_training(spec)``; any failure is one
-    ``grpoflow: error:`` line (grpoflow.joblog.guarded)."""
+def train_main(
+    backend: str,
+    entry: str,
+    argv: list[str] | None,
+    run_training: Callable[[dict], Any],
+    env_check: str | Callable[[dict], None] | None = None,
+) -> int:
+    """The ``--spec`` entry point of backend ``backend`` (``python -m <entry>``): parse ``--spec``, log the
+    interpreter, run the environment check ``env_check`` (a grpoflow.envcheck kind, or a function of the spec;
+    seconds, before any trainer import), then ``run_training(spec)`` (the backend's runner, which imports its trainer);
+    any failure is one ``grpoflow: error:`` line (grpoflow.joblog.guarded)."""
     from grpoflow import envcheck
     from grpoflow.joblog import guarded, setup_logging
 
     parser = argparse.ArgumentParser(
-        prog=f"python -m grpoflow.backends.{backend}.train",
-        description=f"GRPO training, the {backend} backend of train_grpo.",
+        prog=f"python -m {entry}", description=f"GRPO training, the {backend} backend of train_grpo."
     )
-    parser.add_argument(
-        "--spec", required=True, help=f"JSON training spec, as grpoflow.backends.{backend}.commandline composes it"
-    )
+    parser.add_argument("--spec", required=True, help=f"JSON training spec, as the {backend} backend composes it")
     process_sigterm_stop()  # before the trainer's imports and model loading: a SIGTERM then is the same stop
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     setup_logging()
@@ -251,7 +257,7 @@ def train_main(backend: str, argv: list[str] | None, env_check: str | Callable[[
             env_check(spec)
         elif env_check:
             envcheck.check(env_check)
-        importlib.import_module(f"grpoflow.backends.{backend}.runner").run_training(spec)
+        run_training(spec)
 
     guarded(train, what=f"train_grpo ({spec.get('experiment')})")
     return 0
