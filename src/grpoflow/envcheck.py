@@ -9,9 +9,9 @@ always says which environment ran it.
     python -m grpoflow.envcheck eval-vllm|eval-vllm-cpu   # by hand
 
 A backend's jobs check what they need with a ``Check`` of its own (its merge: ``MERGE_CHECK``, its generator's,
-its training entry point's); a training job checks what its own command needs, with ``require`` (verl: what ``main_ppo`` imports with the
-experiment's overrides, grpoflow.backends.verl.environment; TRL on GPUs: CUDA torch and its modules,
-grpoflow.backends.trl.gpu_env).
+its training entry point's); a training job checks what its own command needs, with ``require`` (verl: what
+``main_ppo`` imports with the experiment's overrides, grpoflow.backends.verl.environment; TRL on GPUs: CUDA torch
+and its modules, grpoflow.backends.trl.gpu_env).
 """
 
 from __future__ import annotations

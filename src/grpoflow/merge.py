@@ -1,9 +1,9 @@
 """`merge_checkpoint`: a training checkpoint → a plain Hugging Face model dir (``results/{experiment}/model``).
 
-Each backend converts its own checkpoints (its Backend object's ``merge``): verl's FSDP shards with
-verl's merger, TRL's ``checkpoint-N/`` as it is (a PEFT adapter merged into the SFT start), Tunix's Orbax step
-exported tensor by tensor. LoRA adapters are merged with PEFT (grpoflow.training.merging.peft_merge: in float32, saved in the
-base's dtype), so evaluation gets a plain model.
+Each backend converts its own checkpoints (its Backend object's ``merge``): verl's FSDP shards with verl's merger,
+TRL's ``checkpoint-N/`` as it is (a PEFT adapter merged into the SFT start), Tunix's Orbax step exported tensor by
+tensor. LoRA adapters are merged with PEFT (grpoflow.training.merging.peft_merge: in float32, saved in the base's
+dtype), so evaluation gets a plain model.
 
 Then, before the dir is moved into place (atomically, so a failed merge never leaves a model that looks
 done): the weights load with transformers (no missing, unexpected or resized tensor; all finite), the tokenizer

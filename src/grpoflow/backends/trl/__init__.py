@@ -135,8 +135,8 @@ class TrlBackend:
 
     def environment(self, exp: dict, rule: str) -> list[tuple[str, str, str]] | None:
         """Nothing on the CPU without vLLM (the local plane); on GPUs torch (whose CUDA build the job reads at its
-        start: gpu_env.require_gpu_environment), TRL, vLLM unless ``trl.vllm.mode: none``, PEFT with LoRA; on the CPU with
-        vLLM torch, TRL and vLLM (+ PEFT); the merge torch (+ PEFT)."""
+        start: gpu_env.require_gpu_environment), TRL, vLLM unless ``trl.vllm.mode: none``, PEFT with LoRA; on the CPU
+        with vLLM torch, TRL and vLLM (+ PEFT); the merge torch (+ PEFT)."""
         if self.plane(exp) == LOCAL:
             return None
         lora = bool((exp["grpo"].get("lora") or {}).get("rank"))

@@ -30,8 +30,8 @@ def command_args(spec: dict) -> str:
 
 
 def gpu_needs(vllm_mode: str, lora: bool) -> list[tuple[str, str, str]]:
-    """The modules a TRL GPU job imports besides torch (whose CUDA build require_gpu_environment reads): (module, package,
-    why). The preflight at onstart finds the same ones in the cluster interpreter."""
+    """The modules a TRL GPU job imports besides torch (whose CUDA build require_gpu_environment reads): (module,
+    package, why). The preflight at onstart finds the same ones in the cluster interpreter."""
     needs = [(*TRL, "backend: trl")]
     if vllm_mode != "none":
         needs.append((*envcheck.VLLM, f"trl.vllm.mode {vllm_mode}"))

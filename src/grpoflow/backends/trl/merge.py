@@ -1,6 +1,6 @@
 """merge_checkpoint for the TRL backend: an HF Trainer ``checkpoint-N/`` → a plain Hugging Face model dir. A full
-fine-tune's model files are taken as they are; a PEFT adapter is merged into the SFT start (grpoflow.training.merging.peft_merge)
-and kept beside it in ``lora_adapter/``."""
+fine-tune's model files are taken as they are; a PEFT adapter is merged into the SFT start
+(grpoflow.training.merging.peft_merge) and kept beside it in ``lora_adapter/``."""
 
 from __future__ import annotations
 

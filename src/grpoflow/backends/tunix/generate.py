@@ -1,7 +1,7 @@
-"""The Tunix backend's generator (``evaluation.backend: tunix``, its Backend object's ``GENERATOR``): Tunix 0.1.7's own sampler (``tunix.generate.sampler.Sampler``,
-what its vanilla rollout generates with) on the job's JAX devices: a TPU VM's chips, or the CPU (tests). The job runs
-in the Tunix environment (grpoflow.deployment's tunix plane), one at a time with training (the ``tpu`` resource of
-rules/evaluate.smk and rules/train.smk: one process can hold a TPU).
+"""The Tunix backend's generator (``evaluation.backend: tunix``, its Backend object's ``GENERATOR``): Tunix 0.1.7's
+own sampler (``tunix.generate.sampler.Sampler``, what its vanilla rollout generates with) on the job's JAX devices: a
+TPU VM's chips, or the CPU (tests). The job runs in the Tunix environment (grpoflow.deployment's tunix plane), one at
+a time with training (the ``tpu`` resource of rules/evaluate.smk and rules/train.smk: one process can hold a TPU).
 
 Thin on purpose, like the vLLM backend: prompts arrive as token ids rendered by the shared code (the model's chat
 template) and are handed to the sampler as they are; completions are cut at the first stop token and decoded by the

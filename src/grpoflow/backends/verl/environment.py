@@ -1,6 +1,6 @@
-"""What verl's jobs import, found in their interpreter before anything starts: the merge verl's model merger; the
-training job,  (grpoflow.envcheck.require): ``main_ppo`` with the experiment's overrides imports verl, TransferQueue (verl's default ``trainer.use_v1``), vLLM (its
-default rollout) and flash-attn (its default attention).
+"""What verl's jobs import, found in their interpreter before anything starts (grpoflow.envcheck): the merge verl's
+model merger; the training job what ``main_ppo`` imports with the experiment's overrides: verl, TransferQueue (verl's
+default ``trainer.use_v1``), vLLM (its default rollout) and flash-attn (its default attention).
 """
 
 from __future__ import annotations

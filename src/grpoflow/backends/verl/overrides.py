@@ -129,7 +129,7 @@ def _lora(grpo: dict) -> list[tuple[str, Any, str]]:
     ]
 
 
-# ---- the reward part: grpoflow's scorer and advantage estimator, as verl 0.9.1 loads them (grpoflow.backends.verl.rewards)
+# ---- the reward part: grpoflow's scorer and advantage estimator, as verl 0.9.1 loads them (backends/verl/rewards.py)
 
 
 def reward_overrides(rewards_cfg: dict, *, max_response_length: int | None = None) -> list[str]:
