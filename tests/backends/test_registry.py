@@ -1,4 +1,4 @@
-"""The backend registry and the interface every backend provides; docs/backends.md's table is the SETTINGS tables;
+"""The backend registry and the interface every backend provides; docs/backends.md's table and each backend's SETTINGS.md are its SETTINGS;
 the shared writers and the checkpoint scanner of grpoflow.training.common."""
 
 from __future__ import annotations
@@ -112,20 +112,43 @@ def test_importing_the_backends_imports_no_trainer():
     assert out.strip() == "[]"
 
 
-def test_docs_table_is_the_settings_tables():
+def docs_table() -> tuple[list[str], str]:
+    """docs/backends.md's side-by-side settings table: the backends of its header row, and the table."""
     doc = (REPO / "docs" / "backends.md").read_text(encoding="utf-8")
     m = re.search(r"<!-- settings table[^>]*-->\n(.*?)<!-- end settings table -->", doc, re.S)
     assert m, "docs/backends.md lost its settings-table markers"
-    assert m.group(1) == backends.settings_table(), (
-        "docs/backends.md is stale: paste `python -m grpoflow.backends table`"
+    header = m.group(1).splitlines()[0]
+    return [c.strip() for c in header.strip("|").split("|")][1:], m.group(1)
+
+
+def test_docs_table_is_the_settings_tables_of_the_backends_it_shows():
+    """docs/backends.md shows the shipped backends side by side: each a registered backend, each column its SETTINGS
+    (a new backend's page is its folder's SETTINGS.md, below, so adding one edits no shared page)."""
+    shown, table = docs_table()
+    assert shown and set(shown) <= set(backends.names()), f"docs/backends.md shows unregistered backends: {shown}"
+    assert table == backends.settings_table(shown), (
+        f"docs/backends.md is stale: paste `python -m grpoflow.backends table` (columns {', '.join(shown)})"
     )
 
 
-def test_table_command_prints_the_table():
-    out = subprocess.run(
-        [sys.executable, "-m", "grpoflow.backends", "table"], capture_output=True, text=True, check=True
-    ).stdout
-    assert out == backends.settings_table()
+@pytest.mark.parametrize("name", sorted(backends.names()))
+def test_every_backend_ships_its_settings_page(name):
+    page = REPO / f"src/grpoflow/backends/{name}/SETTINGS.md"
+    assert page.is_file() and page.read_text(encoding="utf-8") == backends.settings_page(name), (
+        f"{page.relative_to(REPO)} is stale: run `python -m grpoflow.backends settings {name} > "
+        f"{page.relative_to(REPO)}`"
+    )
+
+
+def test_table_command_prints_the_table_and_a_backends_page():
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "grpoflow.backends", *args], capture_output=True, text=True)
+
+    assert run("table").stdout == backends.settings_table()
+    name = backends.names()[0]
+    assert run("settings", name).stdout == backends.settings_page(name)
+    wrong = run("settings", "nope")
+    assert wrong.returncode == 2 and "NAME: one of" in wrong.stderr
 
 
 def test_marker_has_the_shared_keys_and_only_for_a_complete_run(tmp_path):
