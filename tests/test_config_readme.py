@@ -1,6 +1,6 @@
 """config/README.md, the catalog beside the configs (snakemake-workflows' layout): every shipped config with one line
 of what it is, and every key a config may set (key, type, default, description), generated from the schema by
-``python -m grpoflow.schema.doc`` (grpoflow.schema.doc). Checked the way docs/backends.md's settings table is
+``python -m grpoflow.catalog`` (grpoflow.catalog). Checked the way docs/backends.md's settings table is
 (tests/backends/test_registry.py): the file is what the generator prints."""
 
 from __future__ import annotations
@@ -11,21 +11,21 @@ import sys
 
 from grpoflow_testing import REPO
 
+from grpoflow.catalog import readme
 from grpoflow.schema import load_schema
-from grpoflow.schema.doc import readme
 
 README = REPO / "config" / "README.md"
 
 
 def test_the_readme_is_what_the_schema_says():
     assert README.read_text(encoding="utf-8") == readme(REPO / "config"), (
-        "config/README.md is stale: run `python -m grpoflow.schema.doc > config/README.md`"
+        "config/README.md is stale: run `python -m grpoflow.catalog > config/README.md`"
     )
 
 
 def test_the_command_prints_it():
     out = subprocess.run(
-        [sys.executable, "-m", "grpoflow.schema.doc", str(REPO / "config")], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "grpoflow.catalog", str(REPO / "config")], capture_output=True, text=True, check=True
     ).stdout
     assert out == readme(REPO / "config")
 

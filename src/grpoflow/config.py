@@ -375,6 +375,7 @@ def _resolve_experiments(raw: dict) -> dict[str, dict]:
             raise ConfigError(
                 f"config error: experiments: two seed expansions are both named {name!r}: rename one of the experiments"
             )
+        merged.setdefault("backend", backends.default())  # the registry's, where the schema's defaults were
         validate(merged, {"$ref": "#/$defs/experiment"}, fill_defaults=True, where=f"experiments.{name}")
         # Keep only the chosen backend's section: the others' defaults must not change training params.
         for other in backends.names():

@@ -92,6 +92,40 @@ def test_each_backend_answers_what_the_workflow_asks_of_a_shipped_config(
         assert needs["merge_checkpoint"] == envcheck.needs_of(backend.MERGE_CHECK)
 
 
+def test_an_experiment_naming_no_backend_gets_the_registrys_default():
+    """The default backend is the registry's (``DEFAULT``), filled in by grpoflow.config, not the shared schema's:
+    the shipped verl config without its ``backend:`` line resolves to exactly what it resolves to with it."""
+    from grpoflow_testing import load_shipped
+
+    from grpoflow.config import resolve_config
+    from grpoflow.schema import load_schema
+
+    assert "default" not in load_schema()["$defs"]["experiment"]["properties"]["backend"]
+    raw = load_shipped("config/qwen3-32b-gsm8k.yaml")
+    assert raw["defaults"]["backend"] == backends.default()
+    written = resolve_config(raw).experiments
+    del raw["defaults"]["backend"]
+    assert resolve_config(raw).experiments == written
+
+
+def test_what_a_backend_says_of_a_shared_key_is_in_that_keys_description():
+    """A backend's schema.yaml describes shared keys in its ``x-describes`` (its knowledge stays in its folder); the
+    assembled schema, and so config/README.md, shows it at the key."""
+    import yaml
+
+    from grpoflow.schema import load_schema
+
+    schema = load_schema()
+    for name in backends.names():
+        own = yaml.safe_load((REPO / f"src/grpoflow/backends/{name}/schema.yaml").read_text())
+        assert "x-describes" not in schema["$defs"][name]
+        for path, words in (own.get("x-describes") or {}).items():
+            node = schema
+            for part in path.strip("/").split("/"):
+                node = node[part]
+            assert words in node["description"], f"{name}: {path}"
+
+
 def test_the_registry_is_a_table_and_each_backend_checks_its_own_section():
     """The registry lists the backends (nothing registers itself on import); each Backend object's check runs at
     config load, called by grpoflow.config through the registry."""

@@ -64,6 +64,13 @@ def names() -> list[str]:
     return list(_table())
 
 
+def default() -> str:
+    """The name of the backend an experiment gets when it names none (the registry's ``DEFAULT``)."""
+    from grpoflow.backends.registry import DEFAULT
+
+    return DEFAULT.name
+
+
 def get(name: str) -> Backend:
     """The Backend object of ``name``."""
     try:

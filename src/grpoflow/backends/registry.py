@@ -16,3 +16,7 @@ from grpoflow.backends.verl import BACKEND as verl
 
 # name -> Backend object: each line above, whose name is its Backend object's (``BACKEND.name``), in their order.
 BACKENDS = {name: value for name, value in dict(globals()).items() if getattr(value, "name", None) == name}
+
+# The backend of an experiment that names none (``backend:`` unset); grpoflow.config fills it in, and config/README.md
+# shows it as the key's default.
+DEFAULT = verl

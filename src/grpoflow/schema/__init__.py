@@ -43,16 +43,33 @@ def _add_backend_sections(schema: dict) -> None:
     props = schema["$defs"]["experiment"]["properties"]
     names = sorted(p.name for p in folder.iterdir() if p.joinpath("schema.yaml").is_file())
     sections = {}
+    notes = {}
     for name in names:
         schema["$defs"][name] = yaml.safe_load(folder.joinpath(name, "schema.yaml").read_text(encoding="utf-8"))
+        notes[name] = schema["$defs"][name].pop("x-describes", None) or {}
         sections[name] = {"$ref": f"#/$defs/{name}"}
     props["backend"]["enum"] = names
+    _add_backend_descriptions(schema, notes)
     # A training backend with a generator (its folder's generate.py) is an evaluation backend of its name too.
     evaluation = schema["$defs"]["evaluation"]["properties"]["backend"]
     evaluation["enum"] = evaluation["enum"] + [n for n in names if folder.joinpath(n, "generate.py").is_file()]
     at = list(props).index("rewards") + 1
     items = list(props.items())
     schema["$defs"]["experiment"]["properties"] = dict(items[:at] + list(sections.items()) + items[at:])
+
+
+def _add_backend_descriptions(schema: dict, notes: dict[str, dict[str, str]]) -> None:
+    """What a backend says about a shared key (its schema.yaml's ``x-describes``: a path in the assembled schema,
+    ``/$defs/resources/properties/nodes``, and the words), appended to that key's description in the backends'
+    alphabetical order: a backend's knowledge stays in its folder, and config/README.md still shows it by the key."""
+    for name, described in notes.items():
+        for path, words in described.items():
+            node = schema
+            for part in path.strip("/").split("/"):
+                if not isinstance(node, dict) or part not in node:
+                    raise KeyError(f"backends/{name}/schema.yaml: x-describes names {path}, which the schema lacks")
+                node = node[part]
+            node["description"] = f"{str(node.get('description', '')).rstrip()} {words}".strip()
 
 
 def _add_registry_names(schema: dict) -> None:
