@@ -1,8 +1,7 @@
 """No training backend's name, modules or knowledge outside its folder (issue 42), stronger than
 tests/test_backend_names.py (which fails on dispatch: a comparison, dict key or ``case`` on a name). The rules and
-what "outside" means: tests/archknowledge.py. Today's code breaks them in many places; the test is marked
-``xfail(strict=True)`` and its failure is the list (the refactor's to-do). ``ALLOWED`` takes an exception with its
-reason; the day the list is empty the marker goes.
+what "outside" means: tests/archknowledge.py. A failure lists every place that breaks them; ``ALLOWED`` takes an
+exception only with its reason (keyed by file, rule and backend, so an entry covers every such line of that file).
 """
 
 from __future__ import annotations
