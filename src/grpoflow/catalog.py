@@ -2,8 +2,9 @@
 
 Generated from the schema (``config.schema.yaml`` with each backend's ``schema.yaml`` and the registries' names, as
 ``load_schema`` assembles it), the backend registry's default (``grpoflow.backends.default``, which grpoflow.config
-fills in; above the schema, so this module is too) and the header comment of each shipped config; tests/test_config_readme.py
-fails when config/README.md is not what this prints. One table per section (key, type, default, description); an
+fills in: the registry imports the schema's helpers, so this module sits above both, not in ``grpoflow.schema``) and
+the header comment of each shipped config; tests/test_config_readme.py fails when config/README.md is not what this
+prints. One table per section (key, type, default, description); an
 object written inline is flattened into dotted keys, a section the schema defines once (``$defs``) gets its own
 table, linked from each place that uses it.
 """

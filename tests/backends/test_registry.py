@@ -1,5 +1,5 @@
-"""The backend registry and the interface every backend provides; docs/backends.md's table and each backend's SETTINGS.md are its SETTINGS;
-the shared writers and the checkpoint scanner of grpoflow.training.common."""
+"""The backend registry and the interface every backend provides; docs/backends.md's table and each backend's
+SETTINGS.md are its SETTINGS; the shared writers and the checkpoint scanner of grpoflow.training.common."""
 
 from __future__ import annotations
 
