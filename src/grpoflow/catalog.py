@@ -143,9 +143,26 @@ def _shortened(sentence: str, most: int = 200, least: int = 60) -> str:
     return sentence
 
 
+def _add_trainer_settings(schema: dict) -> None:
+    """Each ``grpo.*`` key's row says what it becomes in each registered backend's trainer (its ``SETTINGS``, as
+    docs/backends.md's table and its SETTINGS.md do), so the shared schema's words need not name a backend."""
+    defs = schema["$defs"]
+    by_key: dict[str, list[str]] = {}
+    for name in backends.names():
+        for key, setting in backends.get(name).SETTINGS.items():
+            by_key.setdefault(key, []).append(f"{name} {backends.cell(setting)}")
+    for key, settings in sorted(by_key.items()):
+        node: dict = {"$ref": "#/$defs/experiment"}
+        for part in key.split("."):
+            node = (defs[_ref_name(node)] if _ref_name(node) else node)["properties"][part]
+        words = "In the trainers (docs/backends.md): " + "; ".join(settings) + "."
+        node["description"] = f"{str(node.get('description', '')).rstrip()} {words}".strip()
+
+
 def readme(config_dir: Path) -> str:
     schema = copy.deepcopy(load_schema())
     schema["$defs"]["experiment"]["properties"]["backend"]["default"] = backends.default()
+    _add_trainer_settings(schema)
     defs = schema["$defs"]
     out = [TITLE, "", INTRO, "", "## The configs", "", "| file | what it is |", "|---|---|"]
     out += [f"| [`{p.name}`]({p.name}) | {config_header(p)} |" for p in sorted(config_dir.glob("*.yaml"))]

@@ -166,11 +166,11 @@ def settings_table(which: list[str] | None = None) -> str:
     keys = sorted({k for t in tables.values() for k in t})
     lines = ["| grpoflow key | " + " | ".join(which) + " |", "|---|" + "---|" * len(which)]
     for key in keys:
-        cells = [_cell(tables[n][key]) if key in tables[n] else "(not supported)" for n in which]
+        cells = [cell(tables[n][key]) if key in tables[n] else "(not supported)" for n in which]
         lines.append(f"| `{key}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _cell(value: str) -> str:
-    """Setting names in backticks; a note (words with spaces) as plain text."""
+def cell(value: str) -> str:
+    """A ``SETTINGS`` value in Markdown: setting names in backticks, a note (words with spaces) as plain text."""
     return ", ".join(part if " " in part else f"`{part}`" for part in value.split(", "))
