@@ -119,13 +119,24 @@ def find_uv(pip_cmd):
     uv = shutil.which("uv")
     if uv:
         return uv
-    # The Tunix and vLLM CPU locks do not pin uv; `make test` builds them beside .venv, before its uv exists.
-    pin = locked_pin("uv") or locked_pin("uv", "requirements/local.lock")
+    pin = locked_pin("uv")
+    if pin:  # the lock has uv (the local lock): it goes into this venv anyway
+        done = subprocess.run([*pip_cmd, "--quiet", pin], capture_output=True, text=True)
+        venv_uv = os.path.join(os.path.dirname(sys.executable), "uv")
+        return venv_uv if done.returncode == 0 and os.access(venv_uv, os.X_OK) else None
+    # The Tunix and vLLM CPU locks do not pin uv, and `make test` builds them beside .venv, before its uv exists: the
+    # local lock's uv goes into a temporary folder, not into a venv whose packages must be its lock's alone.
+    pin = locked_pin("uv", "requirements/local.lock")
     if not pin:
         return None
-    done = subprocess.run([*pip_cmd, "--quiet", pin], capture_output=True, text=True)
-    venv_uv = os.path.join(os.path.dirname(sys.executable), "uv")
-    return venv_uv if done.returncode == 0 and os.access(venv_uv, os.X_OK) else None
+    import atexit
+    import tempfile
+
+    where = tempfile.mkdtemp(prefix="grpoflow-uv-")
+    atexit.register(shutil.rmtree, where, ignore_errors=True)
+    done = subprocess.run([*pip_cmd, "--quiet", "--target", where, pin], capture_output=True, text=True)
+    uv = os.path.join(where, "bin", "uv")
+    return uv if done.returncode == 0 and os.access(uv, os.X_OK) else None
 
 
 def compile_bytecode():

@@ -1,6 +1,6 @@
 """Fixtures shared by every test folder (helpers live in grpoflow_testing.py).
 
-The suite runs on three pytest-xdist workers (`make test`: ``-n 3 --dist loadgroup --no-loadscope-reorder``) so
+The suite runs on four pytest-xdist workers (`make test`: ``-n 4 --dist loadgroup --no-loadscope-reorder``) so
 that tests waiting on SLURM, Ray or a subprocess overlap with tests that compute. A session fixture is then set up
 once per worker; the costly ones that only produce files (a pipeline run, a tiny model, verl checkpoints, the local
 SLURM) go through ``shared_once``: the first worker to ask builds it under a file lock, the other reads it back.
@@ -246,12 +246,9 @@ def pytest_runtest_protocol(item, nextitem):
         own, waited = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         return own.ru_utime + own.ru_stime + waited.ru_utime + waited.ru_stime
 
-    cpu0, wall0 = cpu(), time.monotonic()
+    cpu0, wall0, start = cpu(), time.monotonic(), time.time()
     yield
+    row = {"test": item.nodeid, "cpu_s": round(cpu() - cpu0, 2), "wall_s": round(time.monotonic() - wall0, 2)}
+    row |= {"start": round(start, 1), "worker": os.environ.get("PYTEST_XDIST_WORKER", "master")}
     with open(log, "a") as f:
-        f.write(
-            json.dumps(
-                {"test": item.nodeid, "cpu_s": round(cpu() - cpu0, 2), "wall_s": round(time.monotonic() - wall0, 2)}
-            )
-            + "\n"
-        )
+        f.write(json.dumps(row) + "\n")
