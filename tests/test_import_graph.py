@@ -6,18 +6,13 @@ Kept passing (each failure prints the circles, and an edge of each with its file
 
 - no circle among the static imports (module level and inside functions);
 - no circle once ``importlib`` targets are edges (literals, f-strings over the backends' names, registry tables);
-- no package depends on itself through others (packages: ``archgraph.package_of``, each backend its own).
-
-Issue 42's remaining guard, ``xfail(strict=True)`` while the code fails it (the day it passes, strict xfail turns it
-into a failure: remove its marker then): no circle at the type level (annotations, ``TYPE_CHECKING`` imports, string
-annotations).
+- no package depends on itself through others (packages: ``archgraph.package_of``, each backend its own);
+- no circle at the type level (annotations, ``TYPE_CHECKING`` imports, string annotations).
 """
 
 from __future__ import annotations
 
 import archgraph as A
-
-ISSUE_42 = "issue 42 ({}): {}; the failure lists them, with an edge of each (file:line)"
 
 
 def describe(g: dict[str, set[str]], kinds, collapse=None) -> str:

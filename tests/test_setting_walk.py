@@ -3,7 +3,7 @@
 
 The walk is written by hand where static analysis cannot follow; ``test_the_walks_follow_the_code`` fails when the
 code it names moved (an anchor no longer found) or a hop claims an import that is not there: write the walk again.
-Issue 42's target, ``xfail(strict=True)`` while today's code misses it: in the walk of ``learning_rate`` no hop climbs
+Issue 42's target, kept passing: in the walk of ``learning_rate`` no hop climbs
 back up and no arrow between its modules runs against the layer order (a JSON string and a process boundary stay:
 the rule's params remain a JSON string).
 """
