@@ -278,7 +278,7 @@ def test_windows_of_constant_values_are_not_learned():
 def test_a_resumed_monitor_continues_from_the_rows_already_written(tmp_path, caplog):
     """Item 9: TRL and Tunix started an empty monitor after a resume, so a run resumed at step 55 fired reward_flat
     at its own 30th step (85) or never, while the report's replay said step 60. The monitor is built from the rows
-    written before the resume (backends.common.health_monitor, as both runners call it)."""
+    written before the resume (training.common.health_monitor, as both runners call it)."""
     from grpoflow.training.common import append_live_metrics, health_monitor
 
     rows = reward_rows(grpo_rewards(lambda s: 0.5, 100, 7))

@@ -64,7 +64,7 @@ CHECKS = (
     "truncation",
 )
 STOP_ON_DEFAULT = ("nonfinite",)
-# Keys whose NaN/inf means the run diverged (backends.common.map_metrics lists them under "nonfinite").
+# Keys whose NaN/inf means the run diverged (training.common.map_metrics lists them under "nonfinite").
 DIVERGENCE_KEYS = ("loss", "grad_norm", "reward")
 
 

@@ -6,7 +6,7 @@ reward set, its resources and its backend's section) and every benchmark to a ``
 config again: the evaluate job decodes its ``BenchmarkRun`` from its ``--kwargs`` JSON (``BenchmarkRun.from_json``),
 a TRL or Tunix training job its ``TrainingPlan`` from its ``--spec`` JSON (``TrainingPlan.decode``).
 
-The ``--spec`` JSON stays what ``grpoflow.backends.common.training_spec`` has always written: it is part of
+The ``--spec`` JSON stays what ``grpoflow.training.common.training_spec`` (formerly ``grpoflow.backends.common``) has always written: it is part of
 ``train_grpo``'s ``params.command``, which Snakemake compares to decide reruns, so a new key there would rerun every
 finished training. It carries the ``rewards`` section as the config wrote it (schema defaults filled), so decoding
 fills each reward's registry defaults (``ResolvedRewards.of``); ``tests/test_plan.py`` checks that the plan a job
