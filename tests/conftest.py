@@ -1,11 +1,11 @@
 """Fixtures shared by every test folder (helpers live in grpoflow_testing.py).
 
-The suite runs on four pytest-xdist workers (`make test`: ``-n 4 --dist loadgroup --no-loadscope-reorder``) so
+The suite runs on five pytest-xdist workers (`make test`: ``-n 5 --dist loadgroup --no-loadscope-reorder``) so
 that tests waiting on SLURM, Ray or a subprocess overlap with tests that compute. A session fixture is then set up
 once per worker; the costly ones that only produce files (a pipeline run, a tiny model, verl checkpoints, the local
 SLURM) go through ``shared_once``: the first worker to ask builds it under a file lock, the other reads it back.
 Tests that share a fixture that is not files (a background Snakemake run) are kept on one worker with
-``xdist_group``; the longest (``schedule_first``) is handed out before anything else.
+``xdist_group``; the longest (``schedule_first``) are handed out before anything else.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def pytest_collection_modifyitems(config, items):
         )
         if groups and "@" not in item.nodeid:
             item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")
-    # The suite's longest fixture goes to a worker first, so that the other worker's tests all overlap it: queued
+    # The suite's longest fixtures go to workers first, so that the other workers' tests all overlap them: queued
     # behind other groups (xdist's default order is by group size), the demo learning run started ~3 min late and
     # ended the suite alone. `make test` passes --no-loadscope-reorder, so xdist keeps this order.
     items.sort(key=lambda item: item.get_closest_marker("schedule_first") is None)
@@ -159,6 +159,30 @@ def short_local_run(tmp_path_factory, worker_id) -> Path:
         return str(wd)
 
     return Path(shared_once(tmp_path_factory, worker_id, "short-local", build))
+
+
+@pytest.fixture(scope="session")
+def demo_sft_start(tmp_path_factory, worker_id) -> Path:
+    """The demo's first call (config/config.yaml, config/demo-tunix.yaml, tests/pipeline/learning.yaml) up to its SFT
+    start: data, tiny model, the SFT stopped in its accuracy band; its log in first-call.log. Built once per run
+    (shared_once), read-only: tests/pipeline/test_demo_learning.py's learning run and broken health runs, on two
+    workers, each continue a copy of it."""
+    from grpoflow_testing import LOCAL_PROFILE, snakemake, unavailable
+
+    from grpoflow.config import DEMO_SFT_RUN_DIR
+
+    if not (REPO / ".venv-tunix" / "bin" / "python").exists():
+        unavailable("no .venv-tunix: run `make setup-tunix` (make test builds it)")
+    configs = [REPO / p for p in ("config/config.yaml", "tests/pipeline/learning.yaml", "config/demo-tunix.yaml")]
+
+    def build(root: Path) -> str:
+        wd = make_workdir(root)
+        # The target before --configfile, whose list would take it as a further file.
+        first = snakemake([*LOCAL_PROFILE, DEMO_SFT_RUN_DIR, "--configfile", *map(str, configs)], wd, timeout=2400)
+        (wd / "first-call.log").write_text(first.stdout + first.stderr)
+        return str(wd)
+
+    return Path(shared_once(tmp_path_factory, worker_id, "demo-sft", build))
 
 
 @pytest.fixture(scope="session")

@@ -31,18 +31,17 @@ import math
 import os
 
 import pytest
-from grpoflow_testing import LOCAL_PROFILE, REPO, copy_workdir, load_yaml, make_workdir, snakemake, unavailable
+from grpoflow_testing import LOCAL_PROFILE, REPO, copy_workdir, load_yaml, snakemake
 
 from grpoflow.health import assess
 from grpoflow.report.statistics import paired, read_outcomes, reward_rise
 
-# One worker runs the whole module: its fixture is the demo through the DAG (the suite's costliest), built once.
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(2400),
-    pytest.mark.xdist_group("demo-learning"),
-    pytest.mark.schedule_first,
-]
+# The suite's costliest fixtures, handed out first (schedule_first): one worker trains the demo's GRPO runs
+# (xdist_group demo-learning), another the broken health runs (demo-health); both start from one SFT start, built
+# once by whichever asks first (tests/conftest.py's demo_sft_start), so that the two chains overlap instead of
+# running one after the other.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400), pytest.mark.schedule_first]
+LEARNING = pytest.mark.xdist_group("demo-learning")
 
 CONFIGS = ["--configfile", *(str(REPO / p) for p in ("config/config.yaml", "tests/pipeline/learning.yaml"))]
 WITH_TUNIX = [*CONFIGS, str(REPO / "config/demo-tunix.yaml")]
@@ -59,14 +58,10 @@ def _eval(model: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory):
-    if not (REPO / ".venv-tunix" / "bin" / "python").exists():
-        unavailable("no .venv-tunix: run `make setup-tunix` (make test builds it)")
-    wd = make_workdir(tmp_path_factory.mktemp("demo-learning"))
+def demo_run(demo_sft_start, tmp_path_factory):
+    wd = copy_workdir(demo_sft_start, tmp_path_factory.mktemp("demo-learning") / "wd")
     # One Tunix seed: the overlay's second Tunix experiment is not a target.
-    # Targets before --configfile, whose list would take them as further files.
-    first = snakemake([*LOCAL_PROFILE, _eval(SFT), *map(_eval, NATIVE), *WITH_TUNIX], wd, timeout=2400)
-    (wd / "first-call.log").write_text(first.stdout + first.stderr)
+    snakemake([*LOCAL_PROFILE, _eval(SFT), *map(_eval, NATIVE), *WITH_TUNIX], wd, timeout=2400)
     snakemake(
         [*LOCAL_PROFILE, _eval(DEFAULT_KERNELS), *CONFIGS], wd, env={"ATEN_CPU_CAPABILITY": "default"}, timeout=1200
     )
@@ -74,6 +69,7 @@ def demo_run(tmp_path_factory):
     return wd
 
 
+@LEARNING
 def test_the_sft_start_is_in_its_accuracy_band(demo_run):
     start = json.loads((demo_run / "resources/demo/sft-run/start_point.json").read_text())
     low, high = start["target_accuracy"]["band"]
@@ -86,6 +82,7 @@ def test_the_sft_start_is_in_its_accuracy_band(demo_run):
     assert sft["step"] == start["step"]
 
 
+@LEARNING
 def test_the_demos_disk_check_is_quiet(demo_run):
     """The start checks run on the demo's first call, before its tiny model exists: the disk check sizes its
     checkpoints from demo.tiny_model rather than tell a newcomer to set experiments.<name>.architecture (the Tunix
@@ -95,6 +92,7 @@ def test_the_demos_disk_check_is_quiet(demo_run):
     assert disk == [], disk
 
 
+@LEARNING
 def test_every_grpo_run_learns(demo_run):
     rises = {}
     for model in [*NATIVE, DEFAULT_KERNELS]:
@@ -106,6 +104,7 @@ def test_every_grpo_run_learns(demo_run):
     assert pooled > 2 * pooled_se, rises
 
 
+@LEARNING
 def test_grpo_gains_held_out_accuracy_over_its_start(demo_run):
     base = read_outcomes(str(demo_run / f"results/{SFT}/eval/arith.samples.jsonl"))
     comparisons = {}
@@ -118,6 +117,7 @@ def test_grpo_gains_held_out_accuracy_over_its_start(demo_run):
     assert all(c.delta > 2 * c.standard_error for c in comparisons.values()), shown
 
 
+@LEARNING
 def test_each_run_records_the_kernels_it_trained_with(demo_run):
     markers = {
         model: json.loads((demo_run / f"results/{model}/training_complete.json").read_text())
@@ -138,6 +138,7 @@ def test_each_run_records_the_kernels_it_trained_with(demo_run):
     }
 
 
+@LEARNING
 def test_the_report_decides_with_paired_statistics_and_seed_groups(demo_run):
     summary = (demo_run / "results/report/summary.md").read_text()
     for model in ("tiny-arith-seed1", DEFAULT_KERNELS):  # the report of the TRL demo (config/config.yaml)
@@ -147,6 +148,7 @@ def test_the_report_decides_with_paired_statistics_and_seed_groups(demo_run):
     assert "| tiny-arith | arith | 1, 2 |" in summary  # the TRL seed group: mean ± SD over seeds 1 and 2
 
 
+@LEARNING
 def test_second_run_does_nothing(demo_run):
     again = snakemake([*LOCAL_PROFILE, "-n", *CONFIGS], demo_run)
     assert "Nothing to be done" in again.stdout + again.stderr
@@ -157,6 +159,7 @@ def _health(workdir, model: str, steps: int) -> dict:
     return assess([json.loads(r) for r in rows], steps)
 
 
+@LEARNING
 def test_every_demo_run_is_healthy(demo_run):
     for model in [*NATIVE, DEFAULT_KERNELS]:
         health = _health(demo_run, model, GRPO_STEPS)
@@ -172,15 +175,16 @@ HEALTH = load_yaml(REPO / "tests/pipeline/health.yaml")["experiments"]
 
 
 @pytest.fixture(scope="module")
-def broken_runs(demo_run, tmp_path_factory):
+def broken_runs(demo_sft_start, tmp_path_factory):
     """The six runs of tests/pipeline/health.yaml trained from the demo's SFT start (a copy of its workdir)."""
-    wd = copy_workdir(demo_run, tmp_path_factory.mktemp("health") / "wd")
+    wd = copy_workdir(demo_sft_start, tmp_path_factory.mktemp("health") / "wd")
     markers = [f"results/{name}/training_complete.json" for name in HEALTH]
     overlay = [*WITH_TUNIX, str(REPO / "tests/pipeline/health.yaml")]
     snakemake([*LOCAL_PROFILE, "--keep-going", *markers, *overlay], wd, timeout=1800)
     return wd
 
 
+@pytest.mark.xdist_group("demo-health")
 @pytest.mark.parametrize("backend", ["trl", "tunix"])
 @pytest.mark.parametrize(
     ("case", "verdict", "line"),

@@ -25,7 +25,14 @@ from timelimit import train_grpo_snakefile
 
 from grpoflow.backends.trl.commandline import launcher
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+# One worker runs both (their module fixture starts both scenarios at once; on two workers it ran each twice), handed
+# out first: the fixture mostly waits ~2.5 min on SLURM's time limit, which overlaps the suite's computing.
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.slow,
+    pytest.mark.xdist_group("time-limit-signal"),
+    pytest.mark.schedule_first,
+]
 
 LEAD_S, KILL_WAIT_S, AFTER_LIMIT_S, RUNTIME_MIN = 10, 30, 10, 2
 OUTPUT = "results/trained.json"

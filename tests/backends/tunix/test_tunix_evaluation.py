@@ -73,7 +73,7 @@ def test_tunix_evaluations_ran_in_the_tunix_environment_one_at_a_time(tunix_eval
 
 SAMPLED = """
 import json, sys
-from grpoflow.evaluation import tunix_backend
+from grpoflow.backends.tunix import generate as tunix_generate
 from grpoflow.generation import ModelSource, encode_prompts, load_tokenizer, render_prompts, stop_token_ids
 from grpoflow.evaluation.settings import generation_settings, with_defaults
 source = ModelSource("m", "external", sys.argv[1])
@@ -81,7 +81,7 @@ tok = load_tokenizer(source)
 questions = ["What is 12 + 35?", "What is 90 - 7?", "What is 12 + 35?"]  # batches of 2: the third has seed + 1
 ids = encode_prompts(tok, render_prompts(tok, [[{"role": "user", "content": q}] for q in questions]))
 gen = generation_settings(with_defaults({"preset": "liberal", "samples": 4, "max_new_tokens": 12, "batch_size": 2}))
-runs = [tunix_backend.generate(source, tok, ids, gen, stop_token_ids(tok, source))[0] for _ in range(2)]
+runs = [tunix_generate.generate(source, tok, ids, gen, stop_token_ids(tok, source))[0] for _ in range(2)]
 print(json.dumps([[[c.text for c in per] for per in run] for run in runs]))
 """
 
