@@ -60,10 +60,8 @@ def _eval(model: str) -> str:
 @pytest.fixture(scope="module")
 def demo_run(demo_sft_start, tmp_path_factory):
     wd = copy_workdir(demo_sft_start, tmp_path_factory.mktemp("demo-learning") / "wd")
-    # One Tunix seed: the overlay's second Tunix experiment is not a target. --cores 4: TRL seed 1 and Tunix seed 1
-    # (2 threads each, as in the demo) train side by side; this chain is the suite's longest, and with four more
-    # workers on the 2 cores its jobs one at a time got ~0.5 core (1,100 s); each job's own threads are unchanged.
-    snakemake([*LOCAL_PROFILE, "--cores", "4", _eval(SFT), *map(_eval, NATIVE), *WITH_TUNIX], wd, timeout=2400)
+    # One Tunix seed: the overlay's second Tunix experiment is not a target.
+    snakemake([*LOCAL_PROFILE, _eval(SFT), *map(_eval, NATIVE), *WITH_TUNIX], wd, timeout=2400)
     snakemake(
         [*LOCAL_PROFILE, _eval(DEFAULT_KERNELS), *CONFIGS], wd, env={"ATEN_CPU_CAPABILITY": "default"}, timeout=1200
     )
