@@ -19,9 +19,8 @@ messages and docstrings. The schema YAML and docs are not code. ``ALLOWED`` list
 from __future__ import annotations
 
 import ast
-from pathlib import Path
-from types import SimpleNamespace
 
+from archgraph import snakemake_python
 from grpoflow_testing import REPO
 
 from grpoflow.backends.registry import BACKENDS
@@ -53,22 +52,6 @@ def dispatches(tree: ast.AST) -> list[tuple[int, str, str]]:
         elif isinstance(node, ast.MatchValue):
             found += [(node.lineno, name, ast.unparse(node)) for name in _literal_names(node.value)]
     return sorted(found)
-
-
-def snakemake_python(path: Path) -> tuple[str, dict[int, int]]:
-    """A .smk file as Python, translated by Snakemake's own parser (snakemake.parser.parse), and its line map
-    (generated line -> line of the .smk). The workflow argument stands in for Snakemake's Workflow: the parser only
-    opens the file through its source cache."""
-    from snakemake import parser
-    from snakemake.sourcecache import LocalSourceFile
-
-    def open_source(source):
-        return open(source.get_path_or_uri(secret_free=True), encoding="utf-8")
-
-    workflow = SimpleNamespace(sourcecache=SimpleNamespace(open=open_source))
-    linemap: dict[int, int] = {}
-    code, _ = parser.parse(LocalSourceFile(str(path)), workflow, linemap)
-    return code, linemap
 
 
 def sources() -> list[tuple[str, ast.AST, dict[int, int]]]:
