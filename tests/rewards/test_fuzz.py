@@ -5,7 +5,10 @@ with every call under a deadline. Fixed seed (derandomized), about a minute in C
 
 Two bounds, two tests:
 - the verifier's own work (extraction, exact numbers, guards) with an instant stand-in for math-verify: every
-  call under 1 s (completions here are up to ~50,000 characters; the work is linear, see test_linear_time.py);
+  call under 1 s of its own thread's CPU time (completions here are up to ~50,000 characters; the work is linear,
+  see test_linear_time.py; the slowest call here takes ~0.05 s). CPU time, not wall time: in CI's busy run a call
+  that had done ~0.05 s of work was still running after 1 s of wall time, preempted, and a wall bound failed on a
+  machine's load rather than on the verifier. A call still running after 30 s of wall time fails as a hang;
 - the whole call with real math-verify workers on a 1 s budget: every call under the bound the pool states
   (two requests at most — the comparison, and once per ground truth a check of it alone — each at most the
   queue wait plus the hard deadline) plus the in-process second.
@@ -51,11 +54,16 @@ class _InstantPool:
     check_gold = compare
 
 
-def _fuzz(budget_s: float, max_examples: int, deadline_s: float) -> tuple[int, float]:
-    """Run the fuzzer; returns (completions checked, slowest call in seconds). Fails on any call over the
-    deadline or any unfinished (hung) call. Stops drawing new batches once ``budget_s`` is spent."""
+def _fuzz(
+    budget_s: float, max_examples: int, deadline_s: float, cpu_deadline_s: float | None = None
+) -> tuple[int, float]:
+    """Run the fuzzer; returns (completions checked, slowest call: its CPU seconds where ``cpu_deadline_s`` bounds
+    them, else its wall seconds). Fails on any call over a deadline or any unfinished (hung) call. Stops drawing
+    new batches once ``budget_s`` is spent: this process's CPU seconds where the work is in this process
+    (``cpu_deadline_s``), so that a busy machine does not shrink what is fuzzed; else wall seconds."""
     checked, slowest = 0, 0.0
-    start = time.monotonic()
+    clock = time.process_time if cpu_deadline_s is not None else time.monotonic
+    start = clock()
 
     @settings(
         max_examples=max_examples,
@@ -67,15 +75,18 @@ def _fuzz(budget_s: float, max_examples: int, deadline_s: float) -> tuple[int, f
     @given(batch=_batch)
     def run(batch):
         nonlocal checked, slowest
-        if time.monotonic() - start > budget_s:
+        if clock() - start > budget_s:
             return  # the CI budget is spent: the remaining examples are not run
-        report = adversarial.run_in_scorer_threads(batch, threads=4, deadline_s=deadline_s)
+        report = adversarial.run_in_scorer_threads(
+            batch, threads=4, deadline_s=deadline_s, cpu_deadline_s=cpu_deadline_s
+        )
+        bound = f"{deadline_s}s" + (f" wall or {cpu_deadline_s}s CPU" if cpu_deadline_s is not None else "")
         assert report.unfinished == 0 and not report.over_deadline, (
-            f"{len(report.over_deadline)} call(s) over {deadline_s}s, e.g. "
+            f"{len(report.over_deadline)} call(s) over {bound}, {report.unfinished} unfinished, e.g. "
             f"{[(t, c[:200], g) for t, c, g in report.over_deadline[:2]]}"
         )
         checked += report.n
-        slowest = max(slowest, report.slowest_s)
+        slowest = max(slowest, report.most_cpu_s if cpu_deadline_s is not None else report.slowest_s)
 
     run()
     return checked, slowest
@@ -85,9 +96,9 @@ def _fuzz(budget_s: float, max_examples: int, deadline_s: float) -> tuple[int, f
 def test_fuzz_verifier_own_work_is_bounded(monkeypatch):
     monkeypatch.setattr(verifier, "default_pool", lambda: _InstantPool())
     reset_caches()
-    checked, slowest = _fuzz(budget_s=25, max_examples=1500, deadline_s=1.0)
+    checked, most_cpu = _fuzz(budget_s=25, max_examples=1500, deadline_s=30.0, cpu_deadline_s=1.0)
     assert checked >= 1000, f"only {checked} completions fuzzed within the budget"
-    print(f"fuzzed {checked} completions (verifier's own work), slowest call {slowest:.3f}s")
+    print(f"fuzzed {checked} completions (verifier's own work), most CPU in one call {most_cpu:.3f}s")
 
 
 @pytest.mark.slow
@@ -99,3 +110,24 @@ def test_fuzz_whole_call_with_math_verify_workers_is_bounded(monkeypatch):
         checked, slowest = _fuzz(budget_s=30, max_examples=60, deadline_s=bound)
     assert checked >= 40, f"only {checked} completions fuzzed within the budget"
     print(f"fuzzed {checked} completions (with math-verify), slowest call {slowest:.3f}s, bound {bound:g}s")
+
+
+def test_the_runner_reports_a_call_over_its_cpu_bound_and_a_hung_call():
+    """The runner the fuzzer relies on catches both failures it is there for: a call whose own work is over the
+    CPU bound, and a call that never returns (here one blocked for longer than the wall deadline)."""
+    from grpoflow.rewards import Verdict
+
+    def spin(completion, truth):
+        end = time.thread_time() + 0.3
+        while time.thread_time() < end:
+            pass
+        return Verdict(False, False, None, None, "spun")
+
+    def block(completion, truth):
+        time.sleep(0 if completion == "quick" else 5)
+        return Verdict(False, False, None, None, "slept")
+
+    busy = adversarial.run_in_scorer_threads([("x", "1")], threads=1, deadline_s=30, cpu_deadline_s=0.2, verify=spin)
+    assert [t for t, *_ in busy.over_deadline] and busy.over_deadline[0][0] >= 0.3 and busy.unfinished == 0
+    hung = adversarial.run_in_scorer_threads([("quick", "1"), ("hang", "1")], threads=2, deadline_s=0.5, verify=block)
+    assert hung.unfinished == 1 and hung.over_deadline[0][1:] == ("hang", "1") and hung.seconds < 5

@@ -231,18 +231,31 @@ class RunReport:
     seconds: float = 0.0
     slowest_s: float = 0.0
     slowest: tuple[str, str] | None = None
-    over_deadline: list[tuple[float, str, str]] = field(default_factory=list)  # (seconds or inf, completion, truth)
+    most_cpu_s: float = 0.0  # the largest CPU time one call spent in its own thread
+    # (seconds or inf, completion, truth): wall seconds over deadline_s, or CPU seconds over cpu_deadline_s
+    over_deadline: list[tuple[float, str, str]] = field(default_factory=list)
     unfinished: int = 0  # calls still running when the run gave up on them (a hang)
     errors: int = 0  # verdicts the verifier could not decide (timeouts, errors)
     correct: int = 0
 
 
 def run_in_scorer_threads(
-    pairs: Sequence[tuple[str, str]], *, threads: int = 8, deadline_s: float = 30.0, verify: Callable | None = None
+    pairs: Sequence[tuple[str, str]],
+    *,
+    threads: int = 8,
+    deadline_s: float = 30.0,
+    cpu_deadline_s: float | None = None,
+    verify: Callable | None = None,
 ) -> RunReport:
     """``verify`` over ``pairs`` from ``threads`` threads at once (verl's reward workers score a batch in a thread
-    pool), timing every call. A call over ``deadline_s`` is reported; one still running ``deadline_s`` after the
-    last call started is reported as unfinished and abandoned (daemon threads: a hang cannot block the caller)."""
+    pool), timing every call. A call over ``deadline_s`` (wall clock) is reported; one still running ``deadline_s``
+    after it started is reported as unfinished and abandoned (daemon threads: a hang cannot block the caller).
+
+    ``cpu_deadline_s`` bounds the CPU time each call spends in its own thread (``time.thread_time``), which is the
+    verifier's own work when its comparisons are done in the calling thread: unlike wall time it does not grow when
+    a loaded machine preempts the thread or other threads hold the GIL, so a bound on the work holds on any
+    machine. It does not count work done in other threads or processes (math-verify's workers): bound whole
+    calls with ``deadline_s``."""
     if verify is None:
         from grpoflow.rewards import verify
     todo: queue.Queue = queue.Queue()
@@ -258,19 +271,22 @@ def run_in_scorer_threads(
                 pair = todo.get_nowait()
             except queue.Empty:
                 return
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.thread_time()
             with lock:
                 running[threading.get_ident()] = (start, pair)
             v = verify(*pair)
-            took = time.perf_counter() - start
+            took, cpu = time.perf_counter() - start, time.thread_time() - cpu_start
             with lock:
                 running.pop(threading.get_ident(), None)
                 report.errors += v.error
                 report.correct += v.correct
                 if took > report.slowest_s:
                     report.slowest_s, report.slowest = took, pair
+                report.most_cpu_s = max(report.most_cpu_s, cpu)
                 if took > deadline_s:
                     report.over_deadline.append((took, *pair))
+                elif cpu_deadline_s is not None and cpu > cpu_deadline_s:
+                    report.over_deadline.append((cpu, *pair))
 
     start = time.perf_counter()
     workers = [threading.Thread(target=work, daemon=True, name=f"reward-{i}") for i in range(threads)]
