@@ -407,20 +407,14 @@ def server_mode_supported(kit, work: Path, gpu_gb: float):
 
 def gpu_memory_gb() -> float:
     """The first GPU's memory as sold (GB), as grpoflow.backends.verl.memory.at_job_start reads it."""
-    from grpoflow.training.memory import CARD_GIB_PER_GB
+    from grpoflow.training.memory import first_gpu_memory_gb
 
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        ).stdout.split()
-    except FileNotFoundError:
+    gb = first_gpu_memory_gb(timeout_s=30)
+    if gb is None:
         if REHEARSAL:
             return 80.0
-        raise
-    return float(out[0]) / 1024 / CARD_GIB_PER_GB
+        raise SystemExit("gpu_acceptance_cluster: nvidia-smi named no GPU memory on this machine")
+    return gb
 
 
 def gpu_count() -> int:

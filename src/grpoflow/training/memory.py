@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
 from dataclasses import dataclass, field
 
 GIB = 1024**3
@@ -113,6 +114,21 @@ PRESETS = {
     "qwen3-32b": Architecture("qwen3-32b", 5120, 64, 64, 8, 128, 25600, 151936, False),
 }
 _PRESET_IN_NAME = re.compile(r"qwen3[-_.]?(0\.6|1\.7|4|8|14|32)b(?![\d.])", re.I)
+
+
+def first_gpu_memory_gb(timeout_s: float = 20) -> float | None:
+    """The first visible GPU's memory as sold (GB; nvidia-smi reports MiB), or None where nvidia-smi is absent, hangs
+    past ``timeout_s`` or names no GPU."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        ).stdout.split()
+        return float(out[0]) / 1024 / CARD_GIB_PER_GB if out else None
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
 
 
 def architecture(exp: dict) -> tuple[Architecture | None, str]:

@@ -54,6 +54,7 @@ from grpoflow.training.memory import (
     bf16_update_lost,  # noqa: F401
     checkpointed_activations,
     described,
+    first_gpu_memory_gb,
     fit_text,
     trainer_phase,
 )
@@ -410,19 +411,8 @@ def at_job_start(ov: dict[str, str]) -> str:
     """from_overrides with what this node has: the first GPU's memory (nvidia-smi, in MiB → GB as sold) and the
     job's memory (SLURM_MEM_PER_NODE, MB). Never fails: it only informs the log."""
     import os
-    import subprocess
 
-    gpu_gb = None
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        ).stdout.split()
-        gpu_gb = float(out[0]) / 1024 / CARD_GIB_PER_GB if out else None
-    except (OSError, ValueError, subprocess.SubprocessError):
-        pass
+    gpu_gb = first_gpu_memory_gb()
     mem = os.environ.get("SLURM_MEM_PER_NODE")
     try:
         text = from_overrides(ov, gpu_gb, int(mem) if mem and mem.isdigit() else None)
