@@ -30,6 +30,28 @@ from typing import Callable
 
 from grpoflow_testing import BIN, REPO, SNAKEMAKE
 
+# The head of both tests' stand-in ranks (a script given the output folder and the job's output as its first two
+# arguments): SIGTERM taken as SigtermStop takes it, and the rerun (or SLURM's retry) that finds this rank's save
+# resumes from it and finishes. What follows it in each test is the run that gets the signals.
+RANK_RESUMES = """
+import json, os, signal, socket, sys, threading, time
+from pathlib import Path
+from grpoflow.training.common import SigtermStop
+from grpoflow.backends.trl.launch import unblock_stop_signal
+
+unblock_stop_signal()
+stop = SigtermStop()
+out, output = Path(sys.argv[1]), Path(sys.argv[2])
+rank, world = os.environ.get("RANK", "0"), int(os.environ.get("WORLD_SIZE", "1"))
+saved = out / f"saved-{rank}"
+if saved.exists():  # the rerun: resume from the save, finish
+    (out / f"resumed-{rank}").write_text(saved.read_text())
+    if rank == "0":
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps({"resumed_from": saved.read_text()}))
+    sys.exit(0)
+"""
+
 # Snakemake's prefix of every bash `shell:` job (snakemake/shell.py).
 SNAKEMAKE_SHELL_PREFIX = "set -euo pipefail; "
 

@@ -26,7 +26,7 @@ import sys
 import pytest
 from faultkit import wait_for
 from grpoflow_testing import load_shipped
-from timelimit import replay, start_local_job
+from timelimit import RANK_RESUMES, replay, start_local_job
 
 from grpoflow.backends.trl.commandline import command, launcher, training_spec
 from grpoflow.config import resolve_config
@@ -34,23 +34,10 @@ from grpoflow.config import resolve_config
 LEAD_S, KILL_WAIT_S, SAVE_S = 10, 30, 20
 OUTPUT = "results/trained.json"
 
-RANK = """
-import json, os, sys, time
-from pathlib import Path
-from grpoflow.training.common import SigtermStop
-from grpoflow.backends.trl.launch import unblock_stop_signal
-
-unblock_stop_signal()
-stop = SigtermStop()
-out, save_s, output = Path(sys.argv[1]), float(sys.argv[2]), Path(sys.argv[3])
-rank, world = os.environ.get("RANK", "0"), int(os.environ.get("WORLD_SIZE", "1"))
-saved = out / f"saved-{rank}"
-if saved.exists():  # the rerun: resume from the save, finish
-    (out / f"resumed-{rank}").write_text(saved.read_text())
-    if rank == "0":
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps({"resumed_from": saved.read_text()}))
-    sys.exit(0)
+RANK = (
+    RANK_RESUMES
+    + """
+save_s = float(sys.argv[3])
 (out / f"started-{rank}").write_text(str(os.getpid()))
 step = 0
 while not stop.requested:  # "training"
@@ -63,12 +50,13 @@ while len(list(out.glob("saved-*"))) < world:  # HF Trainer's save ends at a bar
     time.sleep(0.1)
 sys.exit(1)
 """
+)
 
 
 def rank_command(tmp_path, processes: int) -> str:
     """train_grpo's command shape for ``processes`` TRL processes (commandline.launcher), on the stand-in rank."""
     (tmp_path / "rank.py").write_text(RANK)
-    rank = f"{tmp_path / 'rank.py'} {tmp_path} {SAVE_S} {OUTPUT}"
+    rank = f"{tmp_path / 'rank.py'} {tmp_path} {OUTPUT} {SAVE_S}"
     prefix = launcher({"trl": {"processes": processes, "shutdown_timeout": 900}})
     return f"{sys.executable} {prefix.removeprefix('python ')}{rank}" if prefix else f"{sys.executable} {rank}"
 

@@ -21,7 +21,7 @@ import sys
 
 import pytest
 from grpoflow_testing import cancel_leftover_jobs, popen_snakemake_slurm, slurm_job, submitted_jobs
-from timelimit import train_grpo_snakefile
+from timelimit import RANK_RESUMES, train_grpo_snakefile
 
 from grpoflow.backends.trl.commandline import launcher
 
@@ -37,23 +37,10 @@ pytestmark = [
 LEAD_S, KILL_WAIT_S, AFTER_LIMIT_S, RUNTIME_MIN = 10, 30, 10, 2
 OUTPUT = "results/trained.json"
 
-RANK = """
-import json, os, signal, socket, sys, threading, time
-from pathlib import Path
-from grpoflow.training.common import SigtermStop
-from grpoflow.backends.trl.launch import unblock_stop_signal
-
-unblock_stop_signal()
-stop = SigtermStop()
-out, output, after_limit = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
-rank, world = os.environ.get("RANK", "0"), int(os.environ.get("WORLD_SIZE", "1"))
-saved = out / f"saved-{rank}"
-if saved.exists():  # the retry: resume from the save, finish
-    (out / f"resumed-{rank}").write_text(saved.read_text())
-    if rank == "0":
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(saved.read_text())
-    sys.exit(0)
+RANK = (
+    RANK_RESUMES
+    + """
+after_limit = float(sys.argv[3])
 terms = []  # wall time of each SIGTERM delivered to this process
 reader, writer = socket.socketpair()
 writer.setblocking(False)
@@ -78,6 +65,7 @@ while len(list(out.glob("saved-*"))) < world:  # HF Trainer's save ends at a bar
     time.sleep(0.1)
 sys.exit(1)
 """
+)
 
 
 def _start(tmp_path_factory, processes: int) -> dict:
