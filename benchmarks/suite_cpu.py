@@ -5,7 +5,9 @@ GRPOFLOW_TEST_CPU_LOG set (tests/conftest.py records them).
     .venv/bin/python benchmarks/suite_cpu.py /tmp/cpu.jsonl [--top 30]
 
 On 2 cores the suite cannot end sooner than its CPU seconds / 2, whatever the workers: this says what to cut.
-CPU seconds hardly depend on the load the run shared the machine with (wall seconds do).
+CPU seconds hardly depend on the load the run shared the machine with (wall seconds do). A test's row counts its own
+process tree only; the last row of a whole run is the machine's (/proc/stat over the run: every process, so the
+jobs slurmd starts and Ray's detached daemons too, and whatever else ran on the machine meanwhile).
 """
 
 from __future__ import annotations
@@ -21,11 +23,20 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30)
     args = parser.parse_args()
     rows = [json.loads(line) for line in open(args.log)]
+    machine = [r for r in rows if r.get("machine")]
+    rows = [r for r in rows if "test" in r]
     total = sum(r["cpu_s"] for r in rows)
     by_file: dict[str, float] = defaultdict(float)
     for r in rows:
         by_file[r["test"].split("::", 1)[0]] += r["cpu_s"]
-    print(f"{len(rows)} tests, {total:.0f} CPU s (at least {total / 2:.0f} s on 2 cores)\n")
+    print(f"{len(rows)} tests, {total:.0f} CPU s (at least {total / 2:.0f} s on 2 cores)")
+    for m in machine:
+        print(
+            f"the machine over the run: {m['busy_cpu_s']:.0f} CPU s busy in {m['wall_s']:.0f} s"
+            f" ({m['busy_cpu_s'] / m['wall_s']:.2f} of {m['cpus']} cores); outside the tests' process trees:"
+            f" {m['busy_cpu_s'] - total:.0f} CPU s"
+        )
+    print()
     print(f"{'CPU s':>8} {'share':>6}  file")
     for name, cpu in sorted(by_file.items(), key=lambda kv: -kv[1])[: args.top]:
         print(f"{cpu:8.1f} {cpu / total:6.1%}  {name}")

@@ -115,9 +115,19 @@ def pytest_sessionstart(session):
         from grpoflow_testing import local_slurm_running
 
         session.config.stash[_SLURM_BEFORE] = local_slurm_running()
+        session.config.stash[_MACHINE_START] = _machine_busy_s()
 
 
 def pytest_sessionfinish(session):
+    start = session.config.stash.get(_MACHINE_START, None)
+    log = os.environ.get("GRPOFLOW_TEST_CPU_LOG")
+    if log and start and not hasattr(session.config, "workerinput"):
+        # The whole machine's CPU over the run (benchmarks/suite_cpu.py): the tests' rows count only their own
+        # process trees, not the jobs slurmd starts or the daemons Ray detaches from them.
+        busy, wall = (now - then for now, then in zip(_machine_busy_s(), start))
+        row = {"machine": True, "busy_cpu_s": round(busy, 1), "wall_s": round(wall, 1), "cpus": os.cpu_count()}
+        with open(log, "a") as f:
+            f.write(json.dumps(row) + "\n")
     if not hasattr(session.config, "workerinput") and not session.config.stash.get(_SLURM_BEFORE, True):
         from grpoflow_testing import local_slurm_running, stop_local_slurm
 
@@ -134,6 +144,21 @@ def _this_run_started_the_local_slurm(config) -> bool:
 
 
 _SLURM_BEFORE = pytest.StashKey[bool]()
+_MACHINE_START = pytest.StashKey[tuple]()
+
+
+def _machine_busy_s() -> tuple[float, float] | None:
+    """(CPU seconds every core of the machine has spent busy since boot, monotonic seconds) from /proc/stat's first
+    line (user, nice, system, idle, iowait, irq, softirq, steal, ...: busy is all but idle, iowait and the steal of
+    other guests); None where there is no /proc/stat."""
+    import time
+
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, _steal = fields
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK"), time.monotonic()
 
 
 @pytest.fixture(scope="session")
