@@ -19,6 +19,10 @@ import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+# Registers the "grpoflow" advantage estimator in verl's registry, as verl's VERL_USE_EXTERNAL_MODULES does in a run
+# (test_estimator_registered_through_verl_use_external_modules): every test that looks it up needs it, whichever
+# worker and order it runs in (one that ran without it failed in CI).
+import grpoflow.backends.verl.reward_plugin  # noqa: E402, F401
 from grpoflow.backends.verl import rewards as rverl  # noqa: E402
 from grpoflow.backends.verl.overrides import reward_environment, reward_overrides  # noqa: E402
 from grpoflow.errors import ConfigError, GrpoflowError  # noqa: E402
@@ -237,8 +241,6 @@ def test_rm_scores_carry_tagged_per_sample_totals(scored):
 
 def test_estimator_equals_grpo_without_group_terms():
     from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, get_adv_estimator_fn
-
-    import grpoflow.backends.verl.reward_plugin  # noqa: F401
 
     fn = get_adv_estimator_fn("grpoflow")
     torch.manual_seed(0)
