@@ -115,18 +115,18 @@ def pytest_sessionstart(session):
         from grpoflow_testing import local_slurm_running
 
         session.config.stash[_SLURM_BEFORE] = local_slurm_running()
-        session.config.stash[_MACHINE_START] = _machine_busy_s()
+        if os.environ.get("GRPOFLOW_TEST_CPU_LOG"):
+            session.config.stash[_MACHINE_START] = _machine_busy_s()
 
 
 def pytest_sessionfinish(session):
-    start = session.config.stash.get(_MACHINE_START, None)
-    log = os.environ.get("GRPOFLOW_TEST_CPU_LOG")
-    if log and start and not hasattr(session.config, "workerinput"):
+    start = session.config.stash.get(_MACHINE_START, None)  # set by the controller, with GRPOFLOW_TEST_CPU_LOG
+    if start:
         # The whole machine's CPU over the run (benchmarks/suite_cpu.py): the tests' rows count only their own
         # process trees, not the jobs slurmd starts or the daemons Ray detaches from them.
         busy, wall = (now - then for now, then in zip(_machine_busy_s(), start))
         row = {"machine": True, "busy_cpu_s": round(busy, 1), "wall_s": round(wall, 1), "cpus": os.cpu_count()}
-        with open(log, "a") as f:
+        with open(os.environ["GRPOFLOW_TEST_CPU_LOG"], "a") as f:
             f.write(json.dumps(row) + "\n")
     if not hasattr(session.config, "workerinput") and not session.config.stash.get(_SLURM_BEFORE, True):
         from grpoflow_testing import local_slurm_running, stop_local_slurm
